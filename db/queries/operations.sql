@@ -1,0 +1,50 @@
+-- name: OperationInsertOrGet :one
+-- Create-if-absent by idempotency key. The no-op update on conflict locks and
+-- returns the existing row, so concurrent submitters of one key all get the
+-- winner's row; duplicate is true for everyone but the creator.
+INSERT INTO operations (
+    id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
+    args_canonical, args_hash, side_effect_class, idempotency_key, state,
+    compensates_operation_id, trace_id, created_at, updated_at
+) VALUES (
+    @id, @workflow_id, @run_id, @tool, @tool_version, @intent, @entity_type, @entity_id,
+    @args_canonical, @args_hash, @side_effect_class, @idempotency_key, @state,
+    sqlc.narg('compensates_operation_id'), @trace_id,
+    coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now())
+)
+ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+RETURNING sqlc.embed(operations), (xmax <> 0)::boolean AS duplicate;
+
+-- name: OperationGet :one
+SELECT * FROM operations WHERE id = @id;
+
+-- name: OperationGetByKey :one
+SELECT * FROM operations WHERE idempotency_key = @idempotency_key;
+
+-- name: OperationListByWorkflow :many
+SELECT * FROM operations WHERE workflow_id = @workflow_id ORDER BY created_at, id;
+
+-- name: OperationListByState :many
+-- In-flight operations whose last change is older than a cutoff (sweepers).
+SELECT * FROM operations
+WHERE state = @state AND updated_at < @older_than
+ORDER BY updated_at
+LIMIT @max_rows;
+
+-- name: OperationTransition :one
+-- Conditional on the state and lease epoch the writer expects: a late or
+-- duplicate writer updates no row and learns why from OperationGet.
+UPDATE operations SET
+    state               = @to_state,
+    lease_epoch         = lease_epoch + CASE WHEN @bump_epoch::boolean THEN 1 ELSE 0 END,
+    attempt_count       = attempt_count + CASE WHEN @new_attempt::boolean THEN 1 ELSE 0 END,
+    external_request_id = coalesce(nullif(@external_request_id::text, ''), external_request_id),
+    external_object_id  = coalesce(nullif(@external_object_id::text, ''), external_object_id),
+    last_error_category = CASE WHEN @set_error::boolean THEN @error_category::text ELSE last_error_category END,
+    last_error          = CASE WHEN @set_error::boolean THEN @error::text ELSE last_error END,
+    updated_at          = coalesce(sqlc.narg('now')::timestamptz, now())
+WHERE id = @id AND state = @from_state AND lease_epoch = @lease_epoch
+RETURNING *;
+
+-- name: OperationCountByState :many
+SELECT state, count(*)::bigint AS n FROM operations GROUP BY state ORDER BY state;

@@ -1,0 +1,70 @@
+package op
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Operation is the envelope of one logical action: the unit of execution that
+// the ledger tracks independently of any model turn.
+type Operation struct {
+	ID             string          `json:"operation_id"`
+	WorkflowID     string          `json:"workflow_id"`
+	RunID          string          `json:"run_id,omitempty"`
+	Tool           string          `json:"tool"`
+	ToolVersion    int             `json:"tool_version"`
+	Intent         string          `json:"intent,omitempty"`
+	EntityType     string          `json:"entity_type,omitempty"`
+	EntityID       string          `json:"entity_id,omitempty"`
+	Args           json.RawMessage `json:"arguments_canonical"`
+	ArgsHash       string          `json:"args_hash"` // hex SHA-256 of Args
+	Class          SideEffectClass `json:"side_effect_class"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	State          State           `json:"status"`
+	AttemptCount   int             `json:"attempt_count"`
+	// LeaseEpoch increases each time a worker claims the operation; a write
+	// carrying an older epoch changes nothing.
+	LeaseEpoch int64 `json:"lease_epoch"`
+	// ExternalRequestID and ExternalObjectID are the vendor's identifiers.
+	ExternalRequestID string `json:"external_request_id,omitempty"`
+	ExternalObjectID  string `json:"external_object_id,omitempty"`
+	// CompensatesID links a compensation to the operation it compensates.
+	CompensatesID string `json:"compensates_operation_id,omitempty"`
+	TraceID       string `json:"trace_id,omitempty"`
+	// LastErrorCategory and LastError describe the most recent failed attempt.
+	LastErrorCategory string    `json:"last_error_category,omitempty"`
+	LastError         string    `json:"last_error,omitempty"`
+	CreatedAt         time.Time `json:"created_at"`
+	UpdatedAt         time.Time `json:"updated_at"`
+}
+
+// Attempt is one dispatch try of an operation.
+type Attempt struct {
+	ID                string    `json:"attempt_id"`
+	OperationID       string    `json:"operation_id"`
+	Number            int       `json:"number"`
+	LeaseEpoch        int64     `json:"lease_epoch"`
+	Worker            string    `json:"worker,omitempty"`
+	StartedAt         time.Time `json:"started_at"`
+	FinishedAt        time.Time `json:"finished_at,omitzero"`
+	Outcome           Outcome   `json:"outcome,omitempty"`
+	ErrorCategory     string    `json:"error_category,omitempty"`
+	Error             string    `json:"error,omitempty"`
+	HTTPStatus        int       `json:"http_status,omitempty"`
+	ExternalRequestID string    `json:"external_request_id,omitempty"`
+	ExternalObjectID  string    `json:"external_object_id,omitempty"`
+}
+
+// EventRecord is one appended row of an operation's history.
+type EventRecord struct {
+	Seq         int             `json:"seq"`
+	OperationID string          `json:"operation_id"`
+	Event       Event           `json:"event"`
+	From        State           `json:"from,omitempty"`
+	To          State           `json:"to"`
+	LeaseEpoch  int64           `json:"lease_epoch"`
+	AttemptID   string          `json:"attempt_id,omitempty"`
+	Actor       string          `json:"actor,omitempty"`
+	Detail      json.RawMessage `json:"detail,omitempty"`
+	At          time.Time       `json:"at"`
+}

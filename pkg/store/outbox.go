@@ -1,0 +1,132 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/opledger/opledger/db/dbsqlc"
+	"github.com/opledger/opledger/pkg/op"
+)
+
+// Message is one row of the transactional outbox: a NATS message to publish
+// after the transaction that wrote it commits.
+type Message struct {
+	Subject string
+	// MsgID becomes the Nats-Msg-Id header, so a re-publish after a crash
+	// between PubAck and mark-sent is absorbed by JetStream's duplicate window.
+	// It must be unique in the outbox.
+	MsgID       string
+	Header      map[string]string
+	Payload     []byte
+	OperationID string
+	// AvailableAt delays publication (retry backoff); zero means now.
+	AvailableAt time.Time
+}
+
+// Claimed is an outbox row claimed by a relay.
+type Claimed struct {
+	ID           int64
+	Message      Message
+	PublishCount int
+}
+
+// Enqueue writes messages to the outbox in this transaction.
+func (t *Tx) Enqueue(ctx context.Context, msgs ...Message) error {
+	for _, m := range msgs {
+		if m.Subject == "" || m.MsgID == "" {
+			return fmt.Errorf("outbox: subject and msg id are required: %w", op.ErrInvalid)
+		}
+		hdr, err := json.Marshal(m.Header)
+		if err != nil {
+			return fmt.Errorf("outbox %s: encode headers: %w", m.MsgID, err)
+		}
+		if m.Header == nil {
+			hdr = []byte("{}")
+		}
+		p := dbsqlc.OutboxInsertParams{Subject: m.Subject, MsgID: m.MsgID, Headers: hdr, Payload: m.Payload}
+		if m.OperationID != "" {
+			p.OperationID = &m.OperationID
+		}
+		if !m.AvailableAt.IsZero() {
+			at := m.AvailableAt.UTC()
+			p.AvailableAt = &at
+		}
+		if err := t.q.OutboxInsert(ctx, p); err != nil {
+			return fmt.Errorf("outbox %s: %w", m.MsgID, translate(err))
+		}
+	}
+	return nil
+}
+
+// OutboxClaim leases up to max due, unsent rows to relay for lease. Rows
+// another relay holds are skipped (SKIP LOCKED), never waited for; a relay
+// that dies only delays its rows until the lease ends.
+func (s *Store) OutboxClaim(ctx context.Context, relay string, max int, lease time.Duration) ([]Claimed, error) {
+	rows, err := s.q.OutboxClaimBatch(ctx, dbsqlc.OutboxClaimBatchParams{
+		ClaimedBy: relay, LeaseSeconds: lease.Seconds(), MaxRows: int32(max), Now: s.nowPtr(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox claim: %w", translate(err))
+	}
+	out := make([]Claimed, len(rows))
+	for i, r := range rows {
+		c := Claimed{ID: r.ID, PublishCount: int(r.PublishCount), Message: Message{
+			Subject: r.Subject, MsgID: r.MsgID, Payload: r.Payload,
+		}}
+		if len(r.Headers) > 0 {
+			if err := json.Unmarshal(r.Headers, &c.Message.Header); err != nil {
+				return nil, fmt.Errorf("outbox %d: decode headers: %w", r.ID, err)
+			}
+		}
+		if r.OperationID != nil {
+			c.Message.OperationID = *r.OperationID
+		}
+		out[i] = c
+	}
+	return out, nil
+}
+
+// OutboxMarkSent marks rows published; it returns how many were still unsent.
+func (s *Store) OutboxMarkSent(ctx context.Context, ids []int64) (int64, error) {
+	n, err := s.q.OutboxMarkSent(ctx, dbsqlc.OutboxMarkSentParams{Ids: ids, Now: s.nowPtr()})
+	if err != nil {
+		return 0, fmt.Errorf("outbox mark sent: %w", translate(err))
+	}
+	return n, nil
+}
+
+// OutboxRelease gives claimed rows back after a failed publish; they are due
+// again after delay.
+func (s *Store) OutboxRelease(ctx context.Context, ids []int64, delay time.Duration, reason string) error {
+	_, err := s.q.OutboxRelease(ctx, dbsqlc.OutboxReleaseParams{
+		Ids: ids, DelaySeconds: delay.Seconds(), LastError: reason, Now: s.nowPtr(),
+	})
+	if err != nil {
+		return fmt.Errorf("outbox release: %w", translate(err))
+	}
+	return nil
+}
+
+// OutboxUnsent counts rows not yet published.
+func (r reads) OutboxUnsent(ctx context.Context) (int64, error) {
+	n, err := r.q.OutboxCountUnsent(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("outbox count: %w", translate(err))
+	}
+	return n, nil
+}
+
+// OutboxByOperation returns an operation's outbox rows in order.
+func (r reads) OutboxByOperation(ctx context.Context, operationID string) ([]Message, error) {
+	rows, err := r.q.OutboxListByOperation(ctx, &operationID)
+	if err != nil {
+		return nil, fmt.Errorf("outbox of operation %s: %w", operationID, translate(err))
+	}
+	out := make([]Message, len(rows))
+	for i, r := range rows {
+		out[i] = Message{Subject: r.Subject, MsgID: r.MsgID, Payload: r.Payload, OperationID: operationID}
+	}
+	return out, nil
+}

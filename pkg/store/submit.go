@@ -1,0 +1,196 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/opledger/opledger/db/dbsqlc"
+	"github.com/opledger/opledger/pkg/op"
+)
+
+// Submission is one inbound event and, when it is valid, the operation it asks for.
+type Submission struct {
+	// Source and EventID identify the inbound message: e.g. "intents" and the
+	// model's tool-call id scoped by conversation, or "webhook:payments" and
+	// the vendor's webhook id.
+	Source  string
+	EventID string
+	// Payload is the raw message, kept in the inbox as received.
+	Payload    []byte
+	WorkflowID string
+	// RejectReason, when set, records the event as rejected (malformed,
+	// unknown tool, invalid args, policy) and creates nothing.
+	RejectReason string
+	// Operation is the prepared envelope (ID, key, canonical args and hash,
+	// class, ...). Its State is ignored: a new operation starts in planned and
+	// Initial moves it on. Required unless RejectReason is set.
+	Operation *op.Operation
+	// Initial is the event applied right after creation: op.EventEnqueue, or
+	// op.EventRequireApproval. Empty leaves the operation in planned.
+	Initial op.Event
+	// Outbox holds the messages to write with a new operation (the dispatch
+	// command), in the same transaction. Not written for duplicates.
+	Outbox []Message
+	Actor  string
+}
+
+// SubmitResult says what the ledger made of a Submission.
+type SubmitResult struct {
+	Decision op.Decision
+	// Operation is the new or already known operation; nil when the event was
+	// rejected (now or the first time it was seen).
+	Operation *op.Operation
+	// Reason explains conflicts and rejections.
+	Reason string
+	// FirstDecision is, for a duplicate event, what was decided the first time.
+	FirstDecision op.Decision
+}
+
+// Submit records an inbound event and creates its operation if it is new, in
+// one transaction:
+//
+//   - the inbox row keyed by (source, event id) is inserted; if it exists the
+//     answer is duplicate_event with the known operation (or conflict when the
+//     same event id arrives with a different payload);
+//   - a rejected event is recorded with its reason and nothing else;
+//   - otherwise the operation is created if its idempotency key is absent
+//     (new, with its first events and outbox rows), or found: same args hash
+//     → duplicate_operation, different → conflict (nothing created, the
+//     reason recorded in the inbox).
+func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
+	if s.Source == "" || s.EventID == "" {
+		return nil, fmt.Errorf("submit: source and event id are required: %w", op.ErrInvalid)
+	}
+	if s.RejectReason == "" && s.Operation == nil {
+		return nil, fmt.Errorf("submit %s/%s: operation or reject reason required: %w", s.Source, s.EventID, op.ErrInvalid)
+	}
+	sum := sha256.Sum256(s.Payload)
+	payloadHash := hex.EncodeToString(sum[:])
+	decision, reason := op.DecisionNew, ""
+	if s.RejectReason != "" {
+		decision, reason = op.DecisionRejected, s.RejectReason
+	}
+	_, err := t.q.InboxInsert(ctx, dbsqlc.InboxInsertParams{
+		Source: s.Source, EventID: s.EventID, Payload: s.Payload, PayloadHash: payloadHash,
+		WorkflowID: s.WorkflowID, Decision: string(decision), Reason: reason, Now: t.now(),
+	})
+	if err = translate(err); err != nil {
+		if isNotFound(err) {
+			return t.duplicateEvent(ctx, s, payloadHash)
+		}
+		return nil, fmt.Errorf("submit %s/%s: inbox: %w", s.Source, s.EventID, err)
+	}
+	if decision == op.DecisionRejected {
+		return &SubmitResult{Decision: op.DecisionRejected, Reason: reason}, nil
+	}
+
+	o := s.Operation
+	state := op.StatePlanned
+	if s.Initial != "" {
+		if state, err = op.Transition(op.StatePlanned, s.Initial); err != nil {
+			return nil, fmt.Errorf("submit %s/%s: %w", s.Source, s.EventID, err)
+		}
+	}
+	var compensates *string
+	if o.CompensatesID != "" {
+		compensates = &o.CompensatesID
+	}
+	row, err := t.q.OperationInsertOrGet(ctx, dbsqlc.OperationInsertOrGetParams{
+		ID: o.ID, WorkflowID: o.WorkflowID, RunID: o.RunID, Tool: o.Tool, ToolVersion: int32(o.ToolVersion),
+		Intent: o.Intent, EntityType: o.EntityType, EntityID: o.EntityID,
+		ArgsCanonical: string(o.Args), ArgsHash: o.ArgsHash, SideEffectClass: string(o.Class),
+		IdempotencyKey: o.IdempotencyKey, State: string(state),
+		CompensatesOperationID: compensates, TraceID: o.TraceID, Now: t.now(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("submit %s/%s: operation: %w", s.Source, s.EventID, translate(err))
+	}
+	got := toOperation(row.Operation)
+	res := &SubmitResult{Decision: op.DecisionNew, Operation: got}
+	if row.Duplicate {
+		res.Decision = op.DecisionDuplicateOperation
+		if got.ArgsHash != o.ArgsHash {
+			res.Decision = op.DecisionConflict
+			res.Reason = fmt.Sprintf("idempotency key already used by operation %s with different arguments", got.ID)
+		}
+	} else {
+		if err := t.appendEvent(ctx, got.ID, op.EventCreate, "", op.StatePlanned, 0, "", s.Actor,
+			map[string]string{"source": s.Source, "event_id": s.EventID}); err != nil {
+			return nil, err
+		}
+		if state != op.StatePlanned {
+			if err := t.appendEvent(ctx, got.ID, s.Initial, op.StatePlanned, state, 0, "", s.Actor, nil); err != nil {
+				return nil, err
+			}
+		}
+		if err := t.Enqueue(ctx, s.Outbox...); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.q.InboxSetDecision(ctx, dbsqlc.InboxSetDecisionParams{
+		Source: s.Source, EventID: s.EventID, Decision: string(res.Decision), Reason: res.Reason, OperationID: &got.ID,
+	}); err != nil {
+		return nil, fmt.Errorf("submit %s/%s: inbox decision: %w", s.Source, s.EventID, translate(err))
+	}
+	return res, nil
+}
+
+func (t *Tx) duplicateEvent(ctx context.Context, s Submission, payloadHash string) (*SubmitResult, error) {
+	in, err := t.q.InboxMarkDuplicate(ctx, dbsqlc.InboxMarkDuplicateParams{Source: s.Source, EventID: s.EventID, Now: t.now()})
+	if err != nil {
+		return nil, fmt.Errorf("submit %s/%s: duplicate: %w", s.Source, s.EventID, translate(err))
+	}
+	res := &SubmitResult{Decision: op.DecisionDuplicateEvent, FirstDecision: op.Decision(in.Decision), Reason: in.Reason}
+	if in.PayloadHash != payloadHash {
+		res.Decision = op.DecisionConflict
+		res.Reason = "event id already used with a different payload"
+	}
+	if in.OperationID != nil {
+		if res.Operation, err = t.Operation(ctx, *in.OperationID); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// InboxEntry is what the inbox knows of one inbound event.
+type InboxEntry struct {
+	Source, EventID string
+	Payload         []byte
+	Decision        op.Decision
+	Reason          string
+	OperationID     string
+	DuplicateCount  int
+}
+
+// InboxEntry returns the inbox row of (source, eventID). Errors: op.ErrNotFound.
+func (r reads) InboxEntry(ctx context.Context, source, eventID string) (*InboxEntry, error) {
+	in, err := r.q.InboxGet(ctx, dbsqlc.InboxGetParams{Source: source, EventID: eventID})
+	if err != nil {
+		return nil, fmt.Errorf("inbox %s/%s: %w", source, eventID, translate(err))
+	}
+	e := &InboxEntry{Source: in.Source, EventID: in.EventID, Payload: in.Payload, Decision: op.Decision(in.Decision),
+		Reason: in.Reason, DuplicateCount: int(in.DuplicateCount)}
+	if in.OperationID != nil {
+		e.OperationID = *in.OperationID
+	}
+	return e, nil
+}
+
+// DecisionCounts returns, per inbox decision, how many events got it, plus the
+// number of suppressed redeliveries of an already seen event id under
+// op.DecisionDuplicateEvent.
+func (r reads) DecisionCounts(ctx context.Context) (map[op.Decision]int64, error) {
+	rows, err := r.q.InboxCountByDecision(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("count inbox decisions: %w", translate(err))
+	}
+	out := map[op.Decision]int64{}
+	for _, row := range rows {
+		out[op.Decision(row.Decision)] = row.N
+		out[op.DecisionDuplicateEvent] += row.Duplicates
+	}
+	return out, nil
+}

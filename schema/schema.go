@@ -1,0 +1,83 @@
+// Package schema holds opledger's SQL migrations (which sqlc also reads) and the
+// JSON Schemas of the wire messages, embedded so that every binary can apply
+// and validate them without files on disk.
+package schema
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// migrateLock is the advisory lock key that serialises concurrent migrators
+// (several services starting at once against one database).
+const migrateLock = 0x6f706c6564676572 // "opledger"
+
+// Migrate applies every embedded migration not yet recorded in
+// schema_migrations, each in its own transaction, in file-name order. It is
+// safe to run concurrently and repeatedly. It returns the names it applied.
+func Migrate(ctx context.Context, conn *pgx.Conn) ([]string, error) {
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrateLock)); err != nil {
+		return nil, fmt.Errorf("migrate: take lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrateLock)) //nolint:errcheck // released with the session anyway
+
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return nil, fmt.Errorf("migrate: create schema_migrations: %w", err)
+	}
+	names, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	var applied []string
+	for _, name := range names {
+		var done bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE name = $1)`, name).Scan(&done); err != nil {
+			return applied, fmt.Errorf("migrate: check %s: %w", name, err)
+		}
+		if done {
+			continue
+		}
+		sql, err := migrations.ReadFile("migrations/" + name)
+		if err != nil {
+			return applied, fmt.Errorf("migrate: read %s: %w", name, err)
+		}
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, string(sql)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (name) VALUES ($1)`, name)
+			return err
+		})
+		if err != nil {
+			return applied, fmt.Errorf("migrate: apply %s: %w", name, err)
+		}
+		applied = append(applied, name)
+	}
+	return applied, nil
+}
+
+// Migrations returns the embedded migration file names in the order they apply.
+func Migrations() ([]string, error) {
+	entries, err := fs.ReadDir(migrations, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("migrate: list: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".sql") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
