@@ -1,0 +1,544 @@
+package httpadapter
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/opledger/opledger/pkg/adapter"
+	"github.com/opledger/opledger/pkg/op"
+)
+
+var (
+	_ adapter.Adapter = (*Adapter)(nil)
+	_ adapter.Looker  = (*Adapter)(nil)
+)
+
+// Error categories this package reports in Result.ErrorCategory and LookupError.Category.
+const (
+	CategoryTimeout           = "timeout"
+	CategoryConnection        = "connection"
+	CategoryRateLimited       = "rate_limited"
+	CategoryClientError       = "client_error"
+	CategoryServerError       = "server_error"
+	CategoryMalformedResponse = "malformed_response"
+	// CategoryUnexpectedStatus: a status outside 4xx/5xx that did not map to
+	// a positive outcome (a 3xx, or a 2xx the operator mapped otherwise).
+	CategoryUnexpectedStatus = "unexpected_status"
+)
+
+// maxResponse bounds how much of a response body is read.
+const maxResponse = 1 << 20
+
+// Call sends the request and classifies what happened. It never returns an
+// error: transport failures become outcomes (see the package doc), statuses
+// map through StatusOutcomes, and Result.Error is safe to log and store.
+func (a *Adapter) Call(ctx context.Context, req adapter.Request) adapter.Result {
+	start := time.Now()
+	res := a.call(ctx, req)
+	res.Latency = time.Since(start)
+	return res
+}
+
+func (a *Adapter) call(ctx context.Context, req adapter.Request) adapter.Result {
+	u, err := a.url.expand(req)
+	if err != nil {
+		return adapter.Result{Outcome: op.OutcomePermanent, ErrorCategory: CategoryClientError, Error: "request not sent: " + err.Error()}
+	}
+	var body []byte
+	if a.method != http.MethodGet {
+		body = req.Args
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel() // also bounds reading the body below
+	resp, w, err := a.send(ctx, a.method, u, body, req, true)
+	if err != nil {
+		return transportFailure(err, w)
+	}
+	defer drainClose(resp.Body)
+	return a.classify(resp)
+}
+
+// classify turns a response into a Result.
+func (a *Adapter) classify(resp *http.Response) adapter.Result {
+	code := resp.StatusCode
+	res := adapter.Result{HTTPStatus: code, Outcome: a.outcomeFor(code)}
+	if a.requestIDHdr != "" {
+		res.ExternalRequestID = resp.Header.Get(a.requestIDHdr)
+	}
+	if a.replayedHeader != "" {
+		res.Replayed = strings.EqualFold(strings.TrimSpace(resp.Header.Get(a.replayedHeader)), "true")
+	}
+	if v := resp.Header.Get("Retry-After"); v != "" {
+		res.RetryAfter = parseRetryAfter(v, time.Now())
+	}
+	body, readErr := readBody(resp.Body)
+
+	if positive(res.Outcome) {
+		if a.idPointer == nil {
+			return res
+		}
+		// A 2xx means the vendor acted; if we cannot read its answer we do not
+		// know what it did, so the outcome is unknown and a lookup settles it.
+		strict := code/100 == 2
+		if readErr != nil {
+			if strict {
+				return malformed(res, "HTTP "+strconv.Itoa(code)+" but the response body could not be read")
+			}
+			return res
+		}
+		doc, err := parseJSON(body)
+		if err != nil {
+			if strict {
+				return malformed(res, "HTTP "+strconv.Itoa(code)+" with a response body that is not JSON")
+			}
+			return res
+		}
+		if id, ok := scalarString(walk(doc, a.idPointer)); ok {
+			res.ExternalObjectID = id
+		}
+		return res
+	}
+
+	res.ErrorCategory = categoryFor(code)
+	res.Error = "vendor answered HTTP " + strconv.Itoa(code)
+	if c := vendorCode(body); c != "" {
+		res.Error += " (" + c + ")"
+	}
+	return res
+}
+
+func malformed(res adapter.Result, msg string) adapter.Result {
+	res.Outcome = op.OutcomeUnknown
+	res.ErrorCategory = CategoryMalformedResponse
+	res.Error = msg
+	return res
+}
+
+func positive(o op.Outcome) bool {
+	return o == op.OutcomeSuccess || o == op.OutcomeNoop || o == op.OutcomeAcknowledged
+}
+
+// outcomeFor maps a status: the operator's exact code, the operator's class,
+// then the defaults.
+func (a *Adapter) outcomeFor(code int) op.Outcome {
+	if o, ok := a.exact[code]; ok {
+		return o
+	}
+	if cls := code / 100; cls >= 1 && cls <= 5 && a.class[cls] != "" {
+		return a.class[cls]
+	}
+	switch {
+	case code/100 == 2:
+		return op.OutcomeSuccess
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests:
+		return op.OutcomeRetryable // refused before acting
+	case code/100 == 4:
+		return op.OutcomePermanent
+	}
+	return op.OutcomeUnknown
+}
+
+func categoryFor(code int) string {
+	switch {
+	case code == http.StatusTooManyRequests:
+		return CategoryRateLimited
+	case code/100 == 4:
+		return CategoryClientError
+	case code/100 == 5:
+		return CategoryServerError
+	}
+	return CategoryUnexpectedStatus
+}
+
+// LookupError is a failed lookup: no usable answer about the effect. Retry
+// the lookup later. Reason never contains header values or bodies.
+type LookupError struct {
+	// HTTPStatus is the vendor's status, 0 if there was no response.
+	HTTPStatus int
+	// Category is one of the Category constants.
+	Category string
+	Reason   string
+}
+
+func (e *LookupError) Error() string { return "httpadapter: lookup failed: " + e.Reason }
+
+// HasLookup reports whether the adapter was configured with a Lookup. Wire
+// it as an adapter.Looker only if so; otherwise Lookup returns ErrNoLookup.
+func (a *Adapter) HasLookup() bool { return a.lookup != nil }
+
+// Lookup asks the vendor about the effect of req (by its idempotency key or
+// other template fields). FoundStatus gives Found with OutcomeSuccess, or
+// OutcomeAcknowledged when the vendor status is one of PendingValues;
+// NotFoundStatus gives Found == false and a nil error. Any other status, a
+// transport failure or an unreadable found body returns a *LookupError;
+// an adapter without Lookup returns ErrNoLookup.
+func (a *Adapter) Lookup(ctx context.Context, req adapter.Request) (adapter.LookupResult, error) {
+	l := a.lookup
+	if l == nil {
+		return adapter.LookupResult{}, ErrNoLookup
+	}
+	u, err := l.url.expand(req)
+	if err != nil {
+		return adapter.LookupResult{}, &LookupError{Category: CategoryClientError, Reason: err.Error()}
+	}
+	var body []byte
+	if l.method != http.MethodGet {
+		body = req.Args
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	resp, _, err := a.send(ctx, l.method, u, body, req, false)
+	if err != nil {
+		cat := CategoryConnection
+		if isTimeout(err) {
+			cat = CategoryTimeout
+		}
+		return adapter.LookupResult{}, &LookupError{Category: cat, Reason: describe(err)}
+	}
+	defer drainClose(resp.Body)
+
+	out := adapter.LookupResult{HTTPStatus: resp.StatusCode}
+	switch resp.StatusCode {
+	case l.notFound:
+		return out, nil
+	case l.found:
+	default:
+		return out, &LookupError{HTTPStatus: resp.StatusCode, Category: categoryFor(resp.StatusCode),
+			Reason: "vendor answered HTTP " + strconv.Itoa(resp.StatusCode)}
+	}
+	out.Found, out.Outcome = true, op.OutcomeSuccess
+	if l.idPointer == nil && l.statusPointer == nil {
+		return out, nil
+	}
+	raw, err := readBody(resp.Body)
+	if err != nil {
+		return adapter.LookupResult{HTTPStatus: resp.StatusCode}, &LookupError{HTTPStatus: resp.StatusCode,
+			Category: CategoryConnection, Reason: "response body could not be read: " + describe(err)}
+	}
+	doc, err := parseJSON(raw)
+	if err != nil {
+		return adapter.LookupResult{HTTPStatus: resp.StatusCode}, &LookupError{HTTPStatus: resp.StatusCode,
+			Category: CategoryMalformedResponse, Reason: "response body is not JSON"}
+	}
+	if id, ok := scalarString(walk(doc, l.idPointer)); ok {
+		out.ExternalObjectID = id
+	}
+	if l.statusPointer != nil {
+		if st, ok := scalarString(walk(doc, l.statusPointer)); ok && slices.Contains(l.pendingValues, st) {
+			out.Outcome = op.OutcomeAcknowledged
+		}
+	}
+	return out, nil
+}
+
+// send builds and sends one request under ctx. The returned wire says how far
+// the request got when err is not nil.
+func (a *Adapter) send(ctx context.Context, method, u string, body []byte, req adapter.Request, withKeys bool) (*http.Response, *wire, error) {
+	w := &wire{}
+	ctx = httptrace.WithClientTrace(ctx, w.trace())
+	var rd io.Reader
+	if len(body) > 0 {
+		rd = bytes.NewReader(body)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		// Unreachable with a template New accepted; fail as "not sent" all the same.
+		return nil, w, errBuild
+	}
+	// Without GetBody the transport cannot re-send the body by itself. It
+	// otherwise silently repeats a request carrying an Idempotency-Key when a
+	// reused connection breaks: a second vendor call the ledger never sees.
+	hreq.GetBody = nil
+	for k, vs := range req.Header {
+		hreq.Header[k] = slices.Clone(vs)
+	}
+	for k, vs := range a.headers { // configured headers win over passed-through ones
+		hreq.Header[k] = slices.Clone(vs)
+	}
+	hreq.Header.Set("Accept", "application/json")
+	if rd != nil {
+		hreq.Header.Set("Content-Type", "application/json")
+	}
+	if withKeys && req.IdempotencyKey != "" {
+		if a.idemHeader != "" {
+			hreq.Header.Set(a.idemHeader, req.IdempotencyKey)
+		}
+		if a.refHeader != "" {
+			hreq.Header.Set(a.refHeader, req.IdempotencyKey)
+		}
+	}
+	resp, err := a.client.Do(hreq)
+	return resp, w, err
+}
+
+var errBuild = errors.New("request could not be built")
+
+// wire records, through httptrace, how far a request got.
+type wire struct {
+	mu      sync.Mutex
+	gotConn bool // a connection was obtained
+	reports bool // the transport reported the end of a write attempt
+	written bool // a write attempt completed: the vendor may act on it
+}
+
+func (w *wire) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) {
+			w.mu.Lock()
+			w.gotConn = true
+			w.mu.Unlock()
+		},
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			w.mu.Lock()
+			w.reports = true
+			if info.Err == nil {
+				w.written = true
+			}
+			w.mu.Unlock()
+		},
+	}
+}
+
+// maybeSent reports whether the vendor may have received the whole request.
+// It is true when a write completed, and also when a connection was obtained
+// but no write ever reported back: HTTP/2 can return on cancellation while
+// the stream is being written, so the request may be on its way. A write that
+// failed (or no connection at all) means the vendor cannot have a complete
+// request to act on.
+func (w *wire) maybeSent() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.written || (w.gotConn && !w.reports)
+}
+
+// transportFailure classifies an error from Client.Do.
+func transportFailure(err error, w *wire) adapter.Result {
+	if errors.Is(err, errBuild) || !w.maybeSent() {
+		return adapter.Result{Outcome: op.OutcomeRetryable, ErrorCategory: CategoryConnection,
+			Error: "request not sent: " + describe(err)}
+	}
+	cat := CategoryConnection
+	if isTimeout(err) {
+		cat = CategoryTimeout
+	}
+	return adapter.Result{Outcome: op.OutcomeUnknown, ErrorCategory: cat,
+		Error: "no response after the request was sent: " + describe(err)}
+}
+
+// isTimeout reports whether we gave up waiting (deadline, cancellation, or a
+// transport timeout such as http.Client.Timeout).
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// describe is a short, fixed-vocabulary cause: never the URL, a header or a body.
+func describe(err error) string {
+	var dnsErr *net.DNSError
+	var certErr *tls.CertificateVerificationError
+	var opErr *net.OpError
+	switch {
+	case errors.Is(err, errBuild):
+		return errBuild.Error()
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timed out"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.As(err, &dnsErr):
+		if dnsErr.IsNotFound {
+			return "dns: no such host"
+		}
+		return "dns lookup failed"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset by peer"
+	case errors.Is(err, syscall.EPIPE):
+		return "broken pipe"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed by the vendor"
+	case errors.As(err, &certErr):
+		return "tls: certificate verification failed"
+	}
+	if isTimeout(err) {
+		return "timed out"
+	}
+	if errors.As(err, &opErr) {
+		return "network " + opErr.Op + " failed"
+	}
+	return "transport error"
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date. Values are capped at
+// 24h so a hostile header cannot park an operation indefinitely; garbage is 0.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	const ceiling = 24 * time.Hour
+	v = strings.TrimSpace(v)
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		if secs > int64(ceiling/time.Second) {
+			return ceiling
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return min(max(t.Sub(now), 0), ceiling)
+	}
+	return 0
+}
+
+// drainClose reads a little of what is left of a body before closing it, so
+// the connection can go back to the pool instead of being torn down.
+func drainClose(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
+	_ = body.Close()
+}
+
+func readBody(r io.Reader) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxResponse+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxResponse {
+		return nil, errors.New("response body too large")
+	}
+	return b, nil
+}
+
+func parseJSON(b []byte) (any, error) {
+	if !json.Valid(b) {
+		return nil, errors.New("not JSON")
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// walk follows path (JSON pointer tokens or dotted-field parts) into doc; nil
+// when absent. Array elements are addressed by index.
+func walk(doc any, path []string) any {
+	v := doc
+	for _, tok := range path {
+		switch x := v.(type) {
+		case map[string]any:
+			v = x[tok]
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil
+			}
+			v = x[i]
+		default:
+			return nil
+		}
+	}
+	return v
+}
+
+// scalarString renders a JSON string, number or boolean; false otherwise.
+func scalarString(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case json.Number:
+		return x.String(), true
+	case bool:
+		return strconv.FormatBool(x), true
+	}
+	return "", false
+}
+
+// vendorCode extracts a vendor's machine error code from an error body
+// ({"error":"code"}, {"error":{"code"|"type":…}} or {"code":…}) when it is a
+// plain lower-case token. Anything else — which might echo input — is dropped.
+func vendorCode(body []byte) string {
+	doc, err := parseJSON(body)
+	if err != nil {
+		return ""
+	}
+	for _, path := range [][]string{{"error"}, {"error", "code"}, {"error", "type"}, {"code"}} {
+		if s, ok := walk(doc, path).(string); ok && safeToken(s) {
+			return s
+		}
+	}
+	return ""
+}
+
+func safeToken(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// expand fills the template for req.
+func (t *urlTemplate) expand(req adapter.Request) (string, error) {
+	var args any
+	if t.needsArgs() {
+		var err error
+		if args, err = parseJSON(req.Args); err != nil {
+			return "", errors.New("canonical args are not JSON")
+		}
+	}
+	var b strings.Builder
+	for _, p := range t.parts {
+		if p.name == "" {
+			b.WriteString(p.lit)
+			continue
+		}
+		var v string
+		switch {
+		case p.path != nil:
+			raw := walk(args, p.path)
+			s, ok := scalarString(raw)
+			if !ok {
+				if raw == nil {
+					return "", &errMissing{name: p.name, why: "is missing from the args"}
+				}
+				return "", &errMissing{name: p.name, why: "is not a string, number or boolean"}
+			}
+			v = s
+		case p.name == phIdempotencyKey:
+			v = req.IdempotencyKey
+		default:
+			v = req.OperationID
+		}
+		if v == "" {
+			return "", &errMissing{name: p.name, why: "is empty"}
+		}
+		if p.query {
+			b.WriteString(url.QueryEscape(v))
+		} else {
+			b.WriteString(url.PathEscape(v))
+		}
+	}
+	return b.String(), nil
+}

@@ -1,0 +1,450 @@
+// Package httpadapter is a generic adapter.Adapter and adapter.Looker for
+// vendors with a JSON-over-HTTP API, configured per tool from the registry.
+//
+// Its job is to turn whatever happened on the wire into an op.Outcome without
+// ever guessing optimistically. The line it draws is whether the request was
+// completely written to the vendor: a failure before that (connection
+// refused, DNS, dial timeout) is retryable, because the vendor cannot have
+// acted on a request it never received; a failure after it (timeout, reset,
+// EOF) is unknown, because it may have.
+//
+// Secrets: header values, request bodies and response bodies never appear in
+// a Result, an error or a log line; this package does not log.
+package httpadapter
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/opledger/opledger/pkg/op"
+)
+
+// Config describes one tool's vendor call.
+type Config struct {
+	// Method is GET, POST, PUT, PATCH or DELETE; default POST. GET sends no body.
+	Method string
+	// URL is a template: {field} is the value at a dotted path in the
+	// canonical args (e.g. {customer.id}, {items.0.sku}), {idempotency_key}
+	// and {operation_id} the request's. Values are path-escaped, or
+	// query-escaped after the '?'. A field that is missing, empty or not a
+	// scalar fails the call as permanent before anything is sent.
+	URL string
+	// Headers are sent on every request (calls and lookups). A value may
+	// reference environment variables as ${NAME}, resolved once by New; New
+	// fails if one is unset or empty. Values are never logged or put into errors.
+	Headers map[string]string
+	// IdempotencyHeader carries the idempotency key, e.g. "Idempotency-Key";
+	// "" when the vendor has no idempotency support.
+	IdempotencyHeader string
+	// ReferenceHeader also carries the idempotency key, for vendors that only
+	// store it as a client reference (e.g. "X-Client-Reference").
+	ReferenceHeader string
+	// Timeout bounds one call or lookup, response body included; default 10s.
+	Timeout time.Duration
+	// StatusOutcomes maps HTTP statuses to outcomes. Keys are exact codes
+	// ("409") or classes ("4xx"). Precedence: exact key, class key, then the
+	// defaults: 2xx success; 408, 425, 429 retryable; other 4xx permanent;
+	// 5xx and anything else unknown.
+	StatusOutcomes map[string]op.Outcome
+	// ExternalIDPointer is a JSON pointer (RFC 6901) to the vendor's object id
+	// in a positive response, e.g. "/id". When set, a 2xx whose body is not
+	// JSON is OutcomeUnknown, category malformed_response: the effect may
+	// have happened, but we could not read what the vendor said.
+	ExternalIDPointer string
+	// RequestIDHeader names the response header with the vendor's request id.
+	RequestIDHeader string
+	// ReplayedHeader names the response header that says the vendor answered
+	// from its idempotency cache; "true" sets Result.Replayed.
+	ReplayedHeader string
+	// Lookup, when set, lets the reconciler ask the vendor about an earlier call.
+	Lookup *LookupConfig
+}
+
+// LookupConfig describes how to ask the vendor whether an effect happened.
+type LookupConfig struct {
+	// Method is GET or POST; default GET.
+	Method string
+	// URL is a template like Config.URL, usually with {idempotency_key}.
+	URL string
+	// FoundStatus means the vendor has a record (default 200);
+	// NotFoundStatus means it has none (default 404). Any other status is
+	// an error: the lookup itself failed.
+	FoundStatus    int
+	NotFoundStatus int
+	// ExternalIDPointer is a JSON pointer to the object id in the found body.
+	ExternalIDPointer string
+	// StatusPointer is an optional JSON pointer to the vendor's status string.
+	StatusPointer string
+	// PendingValues are vendor statuses that mean "still in progress": the
+	// lookup then reports OutcomeAcknowledged instead of OutcomeSuccess.
+	PendingValues []string
+}
+
+// ConfigError says which Config field New rejected and why. It matches
+// op.ErrInvalid with errors.Is. It never contains a header value.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "httpadapter: invalid " + e.Field + ": " + e.Reason
+}
+
+// Unwrap makes errors.Is(err, op.ErrInvalid) true.
+func (e *ConfigError) Unwrap() error { return op.ErrInvalid }
+
+// Adapter calls one tool's vendor over HTTP. It is safe for concurrent use.
+type Adapter struct {
+	client         *http.Client
+	method         string
+	url            *urlTemplate
+	headers        http.Header
+	idemHeader     string
+	refHeader      string
+	timeout        time.Duration
+	exact          map[int]op.Outcome
+	class          [6]op.Outcome // index status/100; "" = not mapped
+	idPointer      []string      // nil: not set
+	requestIDHdr   string
+	replayedHeader string
+	lookup         *lookup
+}
+
+type lookup struct {
+	method        string
+	url           *urlTemplate
+	found         int
+	notFound      int
+	idPointer     []string
+	statusPointer []string
+	pendingValues []string
+}
+
+// String names the adapter by method and vendor host only: formatting an
+// Adapter (%v, %+v, %#v) never prints its headers.
+func (a *Adapter) String() string { return "httpadapter(" + a.method + " " + a.url.host + ")" }
+
+// GoString is String, for %#v.
+func (a *Adapter) GoString() string { return a.String() }
+
+// ErrNoLookup is returned by Lookup on an adapter configured without one.
+var ErrNoLookup = errors.New("httpadapter: no lookup configured")
+
+// New validates cfg and resolves its header environment variables. Redirects
+// are never followed: a 3xx is classified like any other status. A nil client
+// means a client of the adapter's own whose pool keeps up to 64 idle
+// connections to the vendor (http.DefaultClient keeps 2, too few under load).
+// Every error is a *ConfigError (op.ErrInvalid).
+func New(cfg Config, client *http.Client) (*Adapter, error) {
+	if client == nil {
+		tr, ok := http.DefaultTransport.(*http.Transport)
+		if ok {
+			tr = tr.Clone()
+		} else {
+			tr = &http.Transport{Proxy: http.ProxyFromEnvironment}
+		}
+		tr.MaxIdleConnsPerHost = 64
+		client = &http.Client{Transport: tr}
+	}
+	c := *client
+	// A vendor's redirect must not turn our POST into a GET elsewhere, or re-send it.
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+	a := &Adapter{
+		client:         &c,
+		idemHeader:     cfg.IdempotencyHeader,
+		refHeader:      cfg.ReferenceHeader,
+		timeout:        cfg.Timeout,
+		exact:          map[int]op.Outcome{},
+		requestIDHdr:   cfg.RequestIDHeader,
+		replayedHeader: cfg.ReplayedHeader,
+	}
+	var err error
+	if a.method, err = parseMethod("Method", cfg.Method, http.MethodPost,
+		http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete); err != nil {
+		return nil, err
+	}
+	if a.url, err = parseTemplate("URL", cfg.URL); err != nil {
+		return nil, err
+	}
+	if a.headers, err = resolveHeaders(cfg.Headers); err != nil {
+		return nil, err
+	}
+	for field, name := range map[string]string{
+		"IdempotencyHeader": cfg.IdempotencyHeader, "ReferenceHeader": cfg.ReferenceHeader,
+		"RequestIDHeader": cfg.RequestIDHeader, "ReplayedHeader": cfg.ReplayedHeader,
+	} {
+		if name != "" && !validHeaderName(name) {
+			return nil, &ConfigError{Field: field, Reason: "not a valid header name"}
+		}
+	}
+	if a.timeout < 0 {
+		return nil, &ConfigError{Field: "Timeout", Reason: "negative"}
+	}
+	if a.timeout == 0 {
+		a.timeout = 10 * time.Second
+	}
+	for key, outcome := range cfg.StatusOutcomes {
+		if !slices.Contains(outcomes, outcome) {
+			return nil, &ConfigError{Field: "StatusOutcomes[" + strconv.Quote(key) + "]", Reason: "unknown outcome " + strconv.Quote(string(outcome))}
+		}
+		if len(key) == 3 && key[0] >= '1' && key[0] <= '5' && strings.EqualFold(key[1:], "xx") {
+			a.class[key[0]-'0'] = outcome
+			continue
+		}
+		code, err := strconv.Atoi(key)
+		if err != nil || code < 100 || code > 599 || len(key) != 3 {
+			return nil, &ConfigError{Field: "StatusOutcomes[" + strconv.Quote(key) + "]", Reason: `key must be a status code like "409" or a class like "4xx"`}
+		}
+		a.exact[code] = outcome
+	}
+	if a.idPointer, err = parsePointer("ExternalIDPointer", cfg.ExternalIDPointer); err != nil {
+		return nil, err
+	}
+	if cfg.Lookup != nil {
+		if a.lookup, err = newLookup(*cfg.Lookup); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func newLookup(cfg LookupConfig) (*lookup, error) {
+	l := &lookup{found: cfg.FoundStatus, notFound: cfg.NotFoundStatus, pendingValues: slices.Clone(cfg.PendingValues)}
+	var err error
+	if l.method, err = parseMethod("Lookup.Method", cfg.Method, http.MethodGet, http.MethodGet, http.MethodPost); err != nil {
+		return nil, err
+	}
+	if l.url, err = parseTemplate("Lookup.URL", cfg.URL); err != nil {
+		return nil, err
+	}
+	if l.found == 0 {
+		l.found = http.StatusOK
+	}
+	if l.notFound == 0 {
+		l.notFound = http.StatusNotFound
+	}
+	if l.found < 100 || l.found > 599 {
+		return nil, &ConfigError{Field: "Lookup.FoundStatus", Reason: "not an HTTP status"}
+	}
+	if l.notFound < 100 || l.notFound > 599 || l.notFound == l.found {
+		return nil, &ConfigError{Field: "Lookup.NotFoundStatus", Reason: "not an HTTP status, or equal to FoundStatus"}
+	}
+	if l.idPointer, err = parsePointer("Lookup.ExternalIDPointer", cfg.ExternalIDPointer); err != nil {
+		return nil, err
+	}
+	if l.statusPointer, err = parsePointer("Lookup.StatusPointer", cfg.StatusPointer); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+var outcomes = []op.Outcome{
+	op.OutcomeSuccess, op.OutcomeNoop, op.OutcomeAcknowledged,
+	op.OutcomeRetryable, op.OutcomePermanent, op.OutcomeUnknown,
+}
+
+func parseMethod(field, m, def string, allowed ...string) (string, error) {
+	if m == "" {
+		return def, nil
+	}
+	m = strings.ToUpper(m)
+	if !slices.Contains(allowed, m) {
+		return "", &ConfigError{Field: field, Reason: "must be one of " + strings.Join(allowed, ", ")}
+	}
+	return m, nil
+}
+
+// resolveHeaders expands ${NAME} in header values from the environment.
+func resolveHeaders(in map[string]string) (http.Header, error) {
+	out := http.Header{}
+	for name, raw := range in {
+		field := "Headers[" + strconv.Quote(name) + "]"
+		if !validHeaderName(name) {
+			return nil, &ConfigError{Field: field, Reason: "not a valid header name"}
+		}
+		var b strings.Builder
+		rest := raw
+		for {
+			i := strings.Index(rest, "${")
+			if i < 0 {
+				b.WriteString(rest)
+				break
+			}
+			b.WriteString(rest[:i])
+			end := strings.IndexByte(rest[i:], '}')
+			if end < 0 {
+				return nil, &ConfigError{Field: field, Reason: "unterminated ${ in value"}
+			}
+			env := rest[i+2 : i+end]
+			if !validEnvName(env) {
+				return nil, &ConfigError{Field: field, Reason: "invalid environment variable name in ${...}"}
+			}
+			val, ok := os.LookupEnv(env)
+			if !ok || val == "" {
+				return nil, &ConfigError{Field: field, Reason: "environment variable " + env + " is not set"}
+			}
+			b.WriteString(val)
+			rest = rest[i+end+1:]
+		}
+		v := b.String()
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return nil, &ConfigError{Field: field, Reason: "value contains a control character"}
+		}
+		out.Set(name, v)
+	}
+	return out, nil
+}
+
+func validEnvName(s string) bool {
+	if s == "" || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for _, c := range s {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderName reports whether s is an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// parsePointer splits an RFC 6901 JSON pointer into unescaped tokens. "" is
+// "not set" (nil); "/" is the single empty token.
+func parsePointer(field, p string) ([]string, error) {
+	if p == "" {
+		return nil, nil
+	}
+	if p[0] != '/' {
+		return nil, &ConfigError{Field: field, Reason: `JSON pointer must start with "/"`}
+	}
+	toks := strings.Split(p[1:], "/")
+	for i, t := range toks {
+		for j := 0; j < len(t); j++ {
+			if t[j] == '~' && (j+1 == len(t) || (t[j+1] != '0' && t[j+1] != '1')) {
+				return nil, &ConfigError{Field: field, Reason: "invalid ~ escape in JSON pointer"}
+			}
+		}
+		toks[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
+	}
+	return toks, nil
+}
+
+// urlTemplate is a parsed URL template: literals and placeholders.
+type urlTemplate struct {
+	parts []tmplPart
+	host  string // scheme://host of the literal template, for String
+}
+
+type tmplPart struct {
+	lit   string
+	name  string   // placeholder name; "" for a literal
+	path  []string // dotted path of an args field; nil for the built-ins
+	query bool     // after '?': query-escape instead of path-escape
+}
+
+const (
+	phIdempotencyKey = "idempotency_key"
+	phOperationID    = "operation_id"
+)
+
+func parseTemplate(field, s string) (*urlTemplate, error) {
+	if s == "" {
+		return nil, &ConfigError{Field: field, Reason: "empty"}
+	}
+	t := &urlTemplate{}
+	inQuery := false
+	rest := s
+	for rest != "" {
+		open := strings.IndexByte(rest, '{')
+		if closeAt := strings.IndexByte(rest, '}'); closeAt >= 0 && (open < 0 || closeAt < open) {
+			return nil, &ConfigError{Field: field, Reason: "unbalanced '}' at offset " + strconv.Itoa(len(s)-len(rest)+closeAt)}
+		}
+		if open < 0 {
+			t.parts = append(t.parts, tmplPart{lit: rest})
+			break
+		}
+		if open > 0 {
+			lit := rest[:open]
+			t.parts = append(t.parts, tmplPart{lit: lit})
+			inQuery = inQuery || strings.Contains(lit, "?")
+		}
+		end := strings.IndexByte(rest[open:], '}')
+		if end < 0 {
+			return nil, &ConfigError{Field: field, Reason: "unbalanced '{' at offset " + strconv.Itoa(len(s)-len(rest)+open)}
+		}
+		name := rest[open+1 : open+end]
+		if !validPlaceholder(name) {
+			return nil, &ConfigError{Field: field, Reason: "invalid placeholder at offset " + strconv.Itoa(len(s)-len(rest)+open)}
+		}
+		p := tmplPart{name: name, query: inQuery}
+		if name != phIdempotencyKey && name != phOperationID {
+			p.path = strings.Split(name, ".")
+		}
+		t.parts = append(t.parts, p)
+		rest = rest[open+end+1:]
+	}
+	// The template must make an absolute http(s) URL whatever the values.
+	var b strings.Builder
+	for _, p := range t.parts {
+		if p.name != "" {
+			b.WriteString("x")
+		} else {
+			b.WriteString(p.lit)
+		}
+	}
+	u, err := url.Parse(b.String())
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, &ConfigError{Field: field, Reason: "not an absolute http(s) URL"}
+	}
+	t.host = u.Scheme + "://" + u.Host
+	return t, nil
+}
+
+func validPlaceholder(name string) bool {
+	if name == "" || strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") || strings.Contains(name, "..") {
+		return false
+	}
+	for _, c := range name {
+		if !(c == '_' || c == '.' || c == '-' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// needsArgs reports whether expanding t reads the canonical args.
+func (t *urlTemplate) needsArgs() bool {
+	for _, p := range t.parts {
+		if p.path != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// errMissing is a template value that cannot be filled in; its text names
+// the placeholder, never a value.
+type errMissing struct{ name, why string }
+
+func (e *errMissing) Error() string { return fmt.Sprintf("url field {%s} %s", e.name, e.why) }

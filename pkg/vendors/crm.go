@@ -1,0 +1,108 @@
+package vendors
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// Accounts is read-only; the CRM upserts records and counts only the writes
+// that changed something.
+
+// account is GET /v1/accounts/{account_id}. Ids starting with "missing_" do
+// not exist (404); ids starting with "closed_" are closed.
+func (s *Server) account(r *http.Request, _ []byte) result {
+	id := r.PathValue("account_id")
+	if strings.HasPrefix(id, "missing_") {
+		return notFound
+	}
+	status := "active"
+	if strings.HasPrefix(id, "closed_") {
+		status = "closed"
+	}
+	s.mu.Lock()
+	s.st.stats.AccountReads++
+	s.mu.Unlock()
+	return jsonResult(http.StatusOK, map[string]string{"id": id, "status": status})
+}
+
+type record struct {
+	ID      string                     `json:"id"`
+	Version int                        `json:"version"`
+	Fields  map[string]json.RawMessage `json:"fields"`
+}
+
+// crmPut is PUT /v1/crm/records/{record_id} with a JSON object body that is
+// merged into the record: {"field":F,"value":V} sets field F to V; any other
+// object upserts its top-level keys ("record_id" is ignored). A write counts
+// only if it changed a value. Idempotency-Key works as for payments.
+func (s *Server) crmPut(r *http.Request, body []byte) result {
+	var in map[string]any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&in); err != nil || in == nil {
+		return errorResult(http.StatusBadRequest, "invalid_json")
+	}
+	set := in
+	if f, ok := in["field"].(string); ok && f != "" {
+		if v, ok := in["value"]; ok {
+			set = map[string]any{f: v}
+		}
+	}
+	delete(set, "record_id")
+	id := r.PathValue("record_id")
+	key := r.Header.Get("Idempotency-Key")
+	hash := requestHash(r.URL.Path, body)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st
+	if res, ok := st.replay(RouteCRM, key, hash); ok {
+		return res
+	}
+	rec := st.records[id]
+	if rec == nil {
+		rec = &record{ID: id, Fields: map[string]json.RawMessage{}}
+	}
+	changed := st.records[id] == nil
+	next := make(map[string]json.RawMessage, len(rec.Fields)+len(set))
+	for k, v := range rec.Fields {
+		next[k] = v
+	}
+	for k, v := range set {
+		b, _ := json.Marshal(v) // decoded JSON always re-encodes; maps come out key-sorted
+		if !bytes.Equal(next[k], b) {
+			next[k] = b
+			changed = true
+		}
+	}
+	if changed {
+		rec = &record{ID: id, Version: rec.Version + 1, Fields: next}
+		st.records[id] = rec
+		st.stats.CRMWrites++
+		effectKey := key
+		if key == "" {
+			st.stats.Unkeyed++
+			effectKey = id
+		}
+		st.effect(KindCRM, effectKey)
+	}
+	res := jsonResult(http.StatusOK, struct {
+		*record
+		Changed bool `json:"changed"`
+	}{rec, changed})
+	st.remember(RouteCRM, key, hash, res, id)
+	return res
+}
+
+// crmGet is GET /v1/crm/records/{record_id}.
+func (s *Server) crmGet(r *http.Request, _ []byte) result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.st.records[r.PathValue("record_id")]
+	if !ok {
+		return notFound
+	}
+	return jsonResult(http.StatusOK, rec)
+}

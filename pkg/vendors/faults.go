@@ -1,0 +1,136 @@
+package vendors
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/opledger/opledger/pkg/op"
+)
+
+// FaultKind is a way for a vendor request to go wrong. "Commit" is the
+// vendor performing the side effect (for reads: handling the request).
+type FaultKind string
+
+const (
+	// FaultTimeoutAfterCommit performs the effect, then holds the connection
+	// without answering until the client gives up (or the stall ends, then closes it).
+	FaultTimeoutAfterCommit FaultKind = "timeout_after_commit"
+	// FaultTimeoutBeforeCommit stalls the same way without performing the effect.
+	FaultTimeoutBeforeCommit FaultKind = "timeout_before_commit"
+	// FaultError500AfterCommit performs the effect, then answers 500.
+	FaultError500AfterCommit FaultKind = "error_500_after_commit"
+	// FaultError500BeforeCommit answers 500 without performing the effect.
+	FaultError500BeforeCommit FaultKind = "error_500_before_commit"
+	// FaultRateLimit answers 429 with Retry-After: 1, no effect.
+	FaultRateLimit FaultKind = "rate_limit"
+	// FaultResetAfterCommit performs the effect, then resets the TCP
+	// connection without a response.
+	FaultResetAfterCommit FaultKind = "reset_after_commit"
+	// FaultMalformedAfterCommit performs the effect, then answers 200 with
+	// invalid JSON.
+	FaultMalformedAfterCommit FaultKind = "malformed_after_commit"
+	// FaultLatency delays the request by Fault.Delay (default 1s), then
+	// handles it normally — even if the client has given up meanwhile.
+	FaultLatency FaultKind = "latency"
+)
+
+// FaultKinds lists every fault.
+var FaultKinds = []FaultKind{
+	FaultTimeoutAfterCommit, FaultTimeoutBeforeCommit, FaultError500AfterCommit,
+	FaultError500BeforeCommit, FaultRateLimit, FaultResetAfterCommit,
+	FaultMalformedAfterCommit, FaultLatency,
+}
+
+// Fault is applied to the next Times requests on Route. Faults queue: for a
+// request, the oldest matching fault with uses left applies.
+type Fault struct {
+	// Route is a Route constant, or RouteAny.
+	Route string    `json:"route"`
+	Kind  FaultKind `json:"fault"`
+	// Times is how many requests the fault applies to; 0 means 1.
+	Times int `json:"times"`
+	// Delay is the latency fault's delay (default 1s) or the timeout faults'
+	// stall (default Options.Stall). In JSON: "delay_ms".
+	Delay time.Duration `json:"-"`
+}
+
+type pendingFault struct {
+	Fault
+	left int
+}
+
+// InjectFault queues f. An unknown route or kind, or negative Times or
+// Delay, returns an error wrapping op.ErrInvalid.
+func (s *Server) InjectFault(f Fault) error {
+	if f.Route != RouteAny && !slices.Contains(routes, f.Route) {
+		return fmt.Errorf("vendors: fault route %q: %w", f.Route, op.ErrInvalid)
+	}
+	if !slices.Contains(FaultKinds, f.Kind) {
+		return fmt.Errorf("vendors: fault kind %q: %w", f.Kind, op.ErrInvalid)
+	}
+	if f.Times < 0 || f.Delay < 0 {
+		return fmt.Errorf("vendors: fault times and delay must not be negative: %w", op.ErrInvalid)
+	}
+	if f.Times == 0 {
+		f.Times = 1
+	}
+	if f.Kind == FaultLatency && f.Delay == 0 {
+		f.Delay = time.Second
+	}
+	s.mu.Lock()
+	s.st.faults = append(s.st.faults, &pendingFault{Fault: f, left: f.Times})
+	s.mu.Unlock()
+	return nil
+}
+
+// ClearFaults drops every pending fault.
+func (s *Server) ClearFaults() {
+	s.mu.Lock()
+	s.st.faults = nil
+	s.mu.Unlock()
+}
+
+// begin counts a request on route and takes one use of the first matching
+// fault; the zero Fault means none.
+func (s *Server) begin(route string) Fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.stats.Requests[route]++
+	for i, pf := range s.st.faults {
+		if pf.Route != route && pf.Route != RouteAny {
+			continue
+		}
+		pf.left--
+		if pf.left == 0 {
+			s.st.faults = slices.Delete(s.st.faults, i, i+1)
+		}
+		s.st.stats.FaultsFired++
+		return pf.Fault
+	}
+	return Fault{}
+}
+
+// adminFault is POST /_admin/faults: {"route":"capture","fault":"timeout_after_commit","times":1,"delay_ms":0}.
+func (s *Server) adminFault(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Route   string    `json:"route"`
+		Fault   FaultKind `json:"fault"`
+		Times   int       `json:"times"`
+		DelayMS int64     `json:"delay_ms"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		writeResult(w, errorResult(http.StatusBadRequest, "invalid_json"))
+		return
+	}
+	f := Fault{Route: in.Route, Kind: in.Fault, Times: in.Times, Delay: time.Duration(in.DelayMS) * time.Millisecond}
+	if err := s.InjectFault(f); err != nil {
+		writeResult(w, jsonResult(http.StatusBadRequest, map[string]string{"error": "invalid_fault", "message": err.Error()}))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

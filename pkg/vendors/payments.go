@@ -1,0 +1,157 @@
+package vendors
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/opledger/opledger/pkg/op"
+)
+
+// Payments imitates a card processor that honours Idempotency-Key: a new key
+// performs the effect and stores the response, the same key with the same
+// request replays it (Idempotent-Replayed: true), the same key with another
+// request is refused with 422. A request without a key still performs the
+// effect — a vendor cannot refuse — and is counted in Stats.Unkeyed.
+
+type charge struct {
+	ID                  string `json:"id"`
+	Object              string `json:"object"`
+	Status              string `json:"status"`
+	OrderID             string `json:"order_id"`
+	AmountCents         int64  `json:"amount_cents"`
+	AmountRefundedCents int64  `json:"amount_refunded_cents"`
+	Currency            string `json:"currency"`
+	CustomerID          string `json:"customer_id,omitempty"`
+	IdempotencyKey      string `json:"idempotency_key,omitempty"`
+	Created             int64  `json:"created"`
+}
+
+type refund struct {
+	ID             string `json:"id"`
+	Object         string `json:"object"`
+	Status         string `json:"status"`
+	ChargeID       string `json:"charge_id"`
+	AmountCents    int64  `json:"amount_cents"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	Created        int64  `json:"created"`
+}
+
+// capture is POST /v1/payments/capture {"order_id","amount_cents","currency","customer_id"}.
+func (s *Server) capture(r *http.Request, body []byte) result {
+	var in struct {
+		OrderID     string `json:"order_id"`
+		AmountCents int64  `json:"amount_cents"`
+		Currency    string `json:"currency"`
+		CustomerID  string `json:"customer_id"`
+	}
+	if !decodeJSON(body, &in) {
+		return errorResult(http.StatusBadRequest, "invalid_json")
+	}
+	key := r.Header.Get("Idempotency-Key")
+	hash := requestHash(r.URL.Path, body)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st
+	if res, ok := st.replay(RouteCapture, key, hash); ok {
+		return res
+	}
+	if in.OrderID == "" || in.AmountCents <= 0 || len(in.Currency) != 3 {
+		return errorResult(http.StatusBadRequest, "invalid_request")
+	}
+	ch := &charge{
+		ID: op.NewID("ch"), Object: "charge", Status: "succeeded",
+		OrderID: in.OrderID, AmountCents: in.AmountCents, Currency: in.Currency,
+		CustomerID: in.CustomerID, IdempotencyKey: key, Created: time.Now().Unix(),
+	}
+	st.charges[ch.ID] = ch
+	st.chargesByOrder[ch.OrderID] = append(st.chargesByOrder[ch.OrderID], ch)
+	st.stats.Captures++
+	effectKey := key
+	if key == "" {
+		st.stats.Unkeyed++
+		effectKey = in.OrderID
+	}
+	st.effect(KindCapture, effectKey)
+	res := jsonResult(http.StatusOK, ch)
+	st.remember(RouteCapture, key, hash, res, ch.ID)
+	return res
+}
+
+// captureLookup is GET /v1/payments?idempotency_key=K: the charge as it is now.
+func (s *Server) captureLookup(r *http.Request, _ []byte) result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, ok := s.st.charges[s.st.lookupKey(RouteCapture, r.URL.Query().Get("idempotency_key"))]
+	if !ok {
+		return notFound
+	}
+	return jsonResult(http.StatusOK, ch)
+}
+
+// refund is POST /v1/refunds {"charge_id" or "order_id", "amount_cents"}.
+// amount_cents 0 or absent refunds what is left of the charge.
+func (s *Server) refund(r *http.Request, body []byte) result {
+	var in struct {
+		ChargeID    string `json:"charge_id"`
+		OrderID     string `json:"order_id"`
+		AmountCents int64  `json:"amount_cents"`
+	}
+	if !decodeJSON(body, &in) {
+		return errorResult(http.StatusBadRequest, "invalid_json")
+	}
+	key := r.Header.Get("Idempotency-Key")
+	hash := requestHash(r.URL.Path, body)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st
+	if res, ok := st.replay(RouteRefund, key, hash); ok {
+		return res
+	}
+	if in.AmountCents < 0 || (in.ChargeID == "") == (in.OrderID == "") {
+		return errorResult(http.StatusBadRequest, "invalid_request")
+	}
+	ch := st.charges[in.ChargeID]
+	if in.OrderID != "" && len(st.chargesByOrder[in.OrderID]) > 0 {
+		ch = st.chargesByOrder[in.OrderID][0]
+	}
+	if ch == nil {
+		return errorResult(http.StatusNotFound, "charge_not_found")
+	}
+	left := ch.AmountCents - ch.AmountRefundedCents
+	amount := in.AmountCents
+	if amount == 0 {
+		amount = left
+	}
+	if amount == 0 || amount > left {
+		return errorResult(http.StatusBadRequest, "amount_exceeds_remaining")
+	}
+	ch.AmountRefundedCents += amount
+	re := &refund{
+		ID: op.NewID("re"), Object: "refund", Status: "succeeded", ChargeID: ch.ID,
+		AmountCents: amount, IdempotencyKey: key, Created: time.Now().Unix(),
+	}
+	st.refunds[re.ID] = re
+	st.stats.Refunds++
+	effectKey := key
+	if key == "" {
+		st.stats.Unkeyed++
+		effectKey = ch.ID
+	}
+	st.effect(KindRefund, effectKey)
+	res := jsonResult(http.StatusOK, re)
+	st.remember(RouteRefund, key, hash, res, re.ID)
+	return res
+}
+
+// refundLookup is GET /v1/refunds?idempotency_key=K.
+func (s *Server) refundLookup(r *http.Request, _ []byte) result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	re, ok := s.st.refunds[s.st.lookupKey(RouteRefund, r.URL.Query().Get("idempotency_key"))]
+	if !ok {
+		return notFound
+	}
+	return jsonResult(http.StatusOK, re)
+}

@@ -1,0 +1,428 @@
+// Package vendors runs local stand-ins for the vendors opledger calls —
+// payments, email, tickets, accounts and a CRM — as one real HTTP server on
+// loopback, for demos, tests and benchmarks.
+//
+// Each stand-in behaves like the kind of vendor it imitates (payments honours
+// Idempotency-Key like Stripe, email sends on every call like a plain relay),
+// counts every side effect it really performs, and can be told to misbehave
+// (time out, fail, reset the connection) before or after committing an effect.
+// The counts are the ground truth that tests and the end-to-end suite assert on:
+// exactly one side effect per distinct operation.
+//
+// HTTP surface (all JSON):
+//
+//	POST /v1/payments/capture        Idempotency-Key; 200 charge {"id":"ch_…","status":"succeeded",…}, Request-Id header
+//	GET  /v1/payments?idempotency_key=K      200 charge | 404 {"error":"not_found"}
+//	POST /v1/refunds                 Idempotency-Key; {"charge_id"|"order_id","amount_cents"}
+//	GET  /v1/refunds?idempotency_key=K
+//	POST /v1/messages                no idempotency; X-Client-Reference stored; 202 {"id":"msg_…","status":"queued"}
+//	GET  /v1/messages?client_reference=R     first message sent with R
+//	POST /v1/tickets                 Idempotency-Key; 201 {"id":"tk_…","status":"open"}
+//	GET  /v1/tickets?idempotency_key=K
+//	GET  /v1/accounts/{account_id}   200 {"id","status":"active"}; "missing_…" 404, "closed_…" closed
+//	PUT  /v1/crm/records/{record_id} Idempotency-Key; merge upsert, {"changed":bool,"version":n}
+//	GET  /v1/crm/records/{record_id}
+//	GET  /_admin/stats               Stats
+//	GET  /_admin/effects?kind=K      EffectsByKey(K)
+//	POST /_admin/faults              {"route":"capture","fault":"timeout_after_commit","times":1,"delay_ms":0}
+//	DELETE /_admin/faults            ClearFaults
+//	POST /_admin/reset               Reset
+//
+// Request bodies are never logged.
+package vendors
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/opledger/opledger/pkg/op"
+)
+
+// Effect kinds, the argument of EffectsByKey.
+const (
+	KindCapture = "capture" // key: Idempotency-Key, else order_id
+	KindRefund  = "refund"  // key: Idempotency-Key, else the refunded charge id
+	KindEmail   = "email"   // key: X-Client-Reference, else "to|template"
+	KindTicket  = "ticket"  // key: Idempotency-Key, else conversation_id
+	KindCRM     = "crm"     // key: Idempotency-Key, else record id; only writes that changed the record
+)
+
+// Routes, the names faults match on.
+const (
+	RouteCapture       = "capture"        // POST /v1/payments/capture
+	RouteCaptureLookup = "capture_lookup" // GET  /v1/payments?idempotency_key=K
+	RouteRefund        = "refund"         // POST /v1/refunds
+	RouteRefundLookup  = "refund_lookup"  // GET  /v1/refunds?idempotency_key=K
+	RouteEmail         = "email"          // POST /v1/messages
+	RouteEmailLookup   = "email_lookup"   // GET  /v1/messages?client_reference=R
+	RouteTicket        = "ticket"         // POST /v1/tickets
+	RouteTicketLookup  = "ticket_lookup"  // GET  /v1/tickets?idempotency_key=K
+	RouteAccount       = "account"        // GET  /v1/accounts/{account_id}
+	RouteCRM           = "crm"            // PUT  /v1/crm/records/{record_id}
+	RouteCRMGet        = "crm_get"        // GET  /v1/crm/records/{record_id}
+	// RouteAny matches every route above.
+	RouteAny = "*"
+)
+
+var routes = []string{
+	RouteCapture, RouteCaptureLookup, RouteRefund, RouteRefundLookup, RouteEmail, RouteEmailLookup,
+	RouteTicket, RouteTicketLookup, RouteAccount, RouteCRM, RouteCRMGet,
+}
+
+// Options configures Start. The zero value is a silent, instant server on a
+// random loopback port.
+type Options struct {
+	// Addr to listen on; default 127.0.0.1:0 (a free random port).
+	Addr string
+	// Latency delays every vendor request (not /_admin) before it is handled.
+	Latency time.Duration
+	// Stall is how long the timeout faults hold a connection whose client has
+	// not given up yet before closing it without an answer; default 10s.
+	Stall time.Duration
+	// EmailQueueDelay is how long a sent message reports "queued" on lookup
+	// before it reports "delivered"; 0 means delivered at once.
+	EmailQueueDelay time.Duration
+	// APIKey, when set, is required as "Authorization: Bearer <APIKey>" on
+	// every vendor route (not /_admin); a wrong or missing one gets 401.
+	APIKey string
+	// Logger receives fault and lifecycle lines, never bodies; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// Server is the running stand-in. It is safe for concurrent use.
+type Server struct {
+	opts Options
+	http *http.Server
+	url  string
+	done chan struct{} // closed by Close; wakes stalled handlers
+	once sync.Once
+
+	mu sync.Mutex
+	st *state
+}
+
+// Start listens and serves until Close. Invalid options return an error
+// wrapping op.ErrInvalid.
+func Start(opts Options) (*Server, error) {
+	if opts.Latency < 0 || opts.Stall < 0 || opts.EmailQueueDelay < 0 {
+		return nil, fmt.Errorf("vendors: negative duration in options: %w", op.ErrInvalid)
+	}
+	if opts.Addr == "" {
+		opts.Addr = "127.0.0.1:0"
+	}
+	if opts.Stall == 0 {
+		opts.Stall = 10 * time.Second
+	}
+	ln, err := net.Listen("tcp", opts.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("vendors: listen: %w", err)
+	}
+	s := &Server{
+		opts: opts,
+		url:  "http://" + ln.Addr().String(),
+		done: make(chan struct{}),
+		st:   newState(),
+	}
+	s.http = &http.Server{
+		Handler:           s.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute, // longer than Go clients' 90s, so clients close idle conns first
+		ErrorLog:          log.New(opts.Logger, "", 0),
+	}
+	go func() { _ = s.http.Serve(ln) }() // returns http.ErrServerClosed on Close
+	return s, nil
+}
+
+// URL is the base URL, e.g. http://127.0.0.1:41234.
+func (s *Server) URL() string { return s.url }
+
+// Close stops the server at once, like a vendor going down: the listener and
+// every connection are closed and stalled requests released. Effects already
+// committed stay counted. It is safe to call more than once.
+func (s *Server) Close() {
+	s.once.Do(func() {
+		close(s.done)
+		_ = s.http.Close() // only reports listener close errors, nothing to act on
+	})
+}
+
+// Reset forgets every charge, message, ticket, record, idempotency key,
+// count and pending fault, as if freshly started.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	s.st = newState()
+	s.mu.Unlock()
+}
+
+// Stats returns a copy of the counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.st.stats
+	out.Requests = make(map[string]int, len(s.st.stats.Requests))
+	for k, v := range s.st.stats.Requests {
+		out.Requests[k] = v
+	}
+	return out
+}
+
+// EffectsByKey returns, for one effect kind (KindCapture, KindEmail, …), how
+// many effects were performed per key; see the Kind constants for what the
+// key is. An unknown kind returns an empty map. The map is a copy.
+func (s *Server) EffectsByKey(kind string) map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.st.effects[kind]))
+	for k, v := range s.st.effects[kind] {
+		out[k] = v
+	}
+	return out
+}
+
+// Stats counts what the server did. Captures, Refunds, Emails, Tickets and
+// CRMWrites are side effects really performed; replays and refusals are not.
+type Stats struct {
+	Captures  int `json:"captures"`
+	Refunds   int `json:"refunds"`
+	Emails    int `json:"emails"`
+	Tickets   int `json:"tickets"`
+	CRMWrites int `json:"crm_writes"`
+	// AccountReads counts successful account reads (no side effect).
+	AccountReads int `json:"account_reads"`
+	// Replays counts answers served from an idempotency key's stored response.
+	Replays int `json:"replays"`
+	// Conflicts counts 422s: a known idempotency key with a different request.
+	Conflicts int `json:"conflicts"`
+	// Unkeyed counts effects performed for requests without an Idempotency-Key
+	// on routes that accept one (payments, tickets, CRM).
+	Unkeyed int `json:"unkeyed"`
+	// FaultsFired counts injected faults that were applied.
+	FaultsFired int `json:"faults_fired"`
+	// Requests counts authorized vendor requests per route name (Route
+	// constants), faulted ones included.
+	Requests map[string]int `json:"requests"`
+}
+
+// state is everything Reset forgets. Guarded by Server.mu.
+type state struct {
+	stats   Stats
+	faults  []*pendingFault
+	effects map[string]map[string]int
+	// keys holds stored responses per idempotency scope (a route) and key.
+	keys map[string]map[string]*idemEntry
+
+	charges        map[string]*charge
+	chargesByOrder map[string][]*charge
+	refunds        map[string]*refund
+	messages       map[string]*message
+	messageByRef   map[string]*message
+	tickets        map[string]*ticket
+	records        map[string]*record
+}
+
+func newState() *state {
+	return &state{
+		stats:          Stats{Requests: map[string]int{}},
+		effects:        map[string]map[string]int{},
+		keys:           map[string]map[string]*idemEntry{},
+		charges:        map[string]*charge{},
+		chargesByOrder: map[string][]*charge{},
+		refunds:        map[string]*refund{},
+		messages:       map[string]*message{},
+		messageByRef:   map[string]*message{},
+		tickets:        map[string]*ticket{},
+		records:        map[string]*record{},
+	}
+}
+
+func (st *state) effect(kind, key string) {
+	m := st.effects[kind]
+	if m == nil {
+		m = map[string]int{}
+		st.effects[kind] = m
+	}
+	m[key]++
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/payments/capture", s.endpoint(RouteCapture, s.capture))
+	mux.Handle("GET /v1/payments", s.endpoint(RouteCaptureLookup, s.captureLookup))
+	mux.Handle("POST /v1/refunds", s.endpoint(RouteRefund, s.refund))
+	mux.Handle("GET /v1/refunds", s.endpoint(RouteRefundLookup, s.refundLookup))
+	mux.Handle("POST /v1/messages", s.endpoint(RouteEmail, s.email))
+	mux.Handle("GET /v1/messages", s.endpoint(RouteEmailLookup, s.emailLookup))
+	mux.Handle("POST /v1/tickets", s.endpoint(RouteTicket, s.ticket))
+	mux.Handle("GET /v1/tickets", s.endpoint(RouteTicketLookup, s.ticketLookup))
+	mux.Handle("GET /v1/accounts/{account_id}", s.endpoint(RouteAccount, s.account))
+	mux.Handle("PUT /v1/crm/records/{record_id}", s.endpoint(RouteCRM, s.crmPut))
+	mux.Handle("GET /v1/crm/records/{record_id}", s.endpoint(RouteCRMGet, s.crmGet))
+
+	mux.HandleFunc("GET /_admin/stats", func(w http.ResponseWriter, _ *http.Request) {
+		writeResult(w, jsonResult(http.StatusOK, s.Stats()))
+	})
+	mux.HandleFunc("GET /_admin/effects", func(w http.ResponseWriter, r *http.Request) {
+		writeResult(w, jsonResult(http.StatusOK, s.EffectsByKey(r.URL.Query().Get("kind"))))
+	})
+	mux.HandleFunc("POST /_admin/faults", s.adminFault)
+	mux.HandleFunc("DELETE /_admin/faults", func(w http.ResponseWriter, _ *http.Request) {
+		s.ClearFaults()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /_admin/reset", func(w http.ResponseWriter, _ *http.Request) {
+		s.Reset()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux
+}
+
+// maxBody bounds request bodies; larger ones get 413 and no effect.
+const maxBody = 1 << 20
+
+// result is a response a handler decided on, written after faults had their say.
+type result struct {
+	status   int
+	body     []byte
+	replayed bool
+}
+
+// endpoint wraps a vendor handler with auth, counting, latency and faults.
+// The handler runs under no lock; it takes s.mu itself for its effect.
+func (s *Server) endpoint(route string, h func(r *http.Request, body []byte) result) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Request-Id", op.NewID("req"))
+		if !s.authorized(r) {
+			writeResult(w, errorResult(http.StatusUnauthorized, "unauthorized"))
+			return
+		}
+		f := s.begin(route)
+		if f.Kind != "" {
+			s.opts.Logger.Info().Str("route", route).Str("fault", string(f.Kind)).Msg("vendor fault injected")
+		}
+		// Read the whole body first: the client has then finished writing, so
+		// "before commit" faults look to it exactly like "after commit" ones.
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				writeResult(w, errorResult(http.StatusRequestEntityTooLarge, "body_too_large"))
+				return
+			}
+			resetConn(w) // the client went away mid-body: nothing to answer
+			return
+		}
+		delay := s.opts.Latency
+		if f.Kind == FaultLatency {
+			delay += f.Delay
+		}
+		// A slow vendor still commits after the delay, even if the client gave up.
+		if !s.sleep(nil, delay) {
+			resetConn(w) // closing down: never let an unanswered request look like a 200
+			return
+		}
+		switch f.Kind {
+		case FaultTimeoutBeforeCommit:
+			s.stall(w, r, f.Delay)
+			return
+		case FaultError500BeforeCommit:
+			writeResult(w, errorResult(http.StatusInternalServerError, "internal_error"))
+			return
+		case FaultRateLimit:
+			w.Header().Set("Retry-After", "1")
+			writeResult(w, errorResult(http.StatusTooManyRequests, "rate_limited"))
+			return
+		}
+
+		res := h(r, body)
+
+		switch f.Kind {
+		case FaultTimeoutAfterCommit:
+			s.stall(w, r, f.Delay)
+		case FaultError500AfterCommit:
+			writeResult(w, errorResult(http.StatusInternalServerError, "internal_error"))
+		case FaultResetAfterCommit:
+			resetConn(w)
+		case FaultMalformedAfterCommit:
+			writeResult(w, result{status: http.StatusOK, body: []byte(`{"id":"ch_`)})
+		default:
+			writeResult(w, res)
+		}
+	})
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	if s.opts.APIKey == "" {
+		return true
+	}
+	got := r.Header.Get("Authorization")
+	return subtle.ConstantTimeCompare([]byte(got), []byte("Bearer "+s.opts.APIKey)) == 1
+}
+
+// sleep waits d, or until ctx ends (when ctx is not nil) or the server
+// closes. It reports whether the full delay elapsed.
+func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	var ctxDone <-chan struct{}
+	if ctx != nil {
+		ctxDone = ctx.Done()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctxDone:
+	case <-s.done:
+	}
+	return false
+}
+
+// stall holds the connection without answering until the client gives up,
+// the server closes, or d (default Options.Stall) passes; then it closes the
+// connection with no response.
+func (s *Server) stall(w http.ResponseWriter, r *http.Request, d time.Duration) {
+	if d <= 0 {
+		d = s.opts.Stall
+	}
+	s.sleep(r.Context(), d)
+	resetConn(w)
+}
+
+// resetConn closes the client connection without a response, with an RST
+// where possible so the client sees "connection reset by peer".
+func resetConn(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic(http.ErrAbortHandler) // HTTP/2: abort the stream
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0)
+	}
+	_ = conn.Close()
+}
+
+func writeResult(w http.ResponseWriter, res result) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if res.replayed {
+		h.Set("Idempotent-Replayed", "true")
+	}
+	w.WriteHeader(res.status)
+	_, _ = w.Write(res.body) // the client may be gone; nothing to do about it
+}
