@@ -1,0 +1,186 @@
+package registry_test
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/pkg/canon"
+	"github.com/opledger/opledger/pkg/op"
+	"github.com/opledger/opledger/pkg/registry"
+)
+
+var vendors = registry.Options{Vendors: map[string]string{
+	"payments": "http://127.0.0.1:9", "email": "http://127.0.0.1:9", "tickets": "http://127.0.0.1:9",
+	"crm": "http://127.0.0.1:9", "accounts": "http://127.0.0.1:9",
+}}
+
+func loadExample(t *testing.T) *registry.Registry {
+	t.Helper()
+	data, err := os.ReadFile("../../examples/registry.yaml")
+	require.NoError(t, err)
+	reg, err := registry.Load(data, vendors)
+	require.NoError(t, err)
+	return reg
+}
+
+func TestExampleRegistryLoads(t *testing.T) {
+	t.Parallel()
+	reg := loadExample(t)
+	require.Equal(t, []string{"capture_payment", "create_ticket", "get_account_status", "refund_payment", "send_email", "update_crm_record"}, reg.Names())
+	capture, err := reg.Tool("capture_payment")
+	require.NoError(t, err)
+	require.Equal(t, op.ClassExternalIrreversible, capture.Class)
+	require.True(t, capture.Lease.Required)
+	require.True(t, capture.Adapter.VendorIdempotency)
+	require.NotNil(t, capture.Adapter.HTTP.Lookup)
+	require.Equal(t, "refund_payment", capture.Compensation.Tool)
+	email, err := reg.Tool("send_email")
+	require.NoError(t, err)
+	require.False(t, email.Adapter.VendorIdempotency)
+	_, err = reg.Tool("launch_missiles")
+	require.ErrorIs(t, err, op.ErrNotFound)
+}
+
+func TestPrepareSameIntentSameKey(t *testing.T) {
+	t.Parallel()
+	tool, err := loadExample(t).Tool("capture_payment")
+	require.NoError(t, err)
+	variants := []string{
+		`{"order_id":"order_123","customer_id":"cust_456","amount_cents":4900,"currency":"USD"}`,
+		`{"currency":"usd","amount_cents":4900,"customer_id":"cust_456","order_id":" order_123 "}`,
+		"{\n  \"amount_cents\": 4900, \"order_id\": \"order_123\",\n \"currency\": \"Usd\", \"customer_id\": \"cust_456\"}",
+	}
+	var keys, hashes []string
+	for _, v := range variants {
+		p, err := tool.Prepare(registry.Proposal{WorkflowID: "wf_1", Args: []byte(v)})
+		require.NoError(t, err, v)
+		keys = append(keys, p.Operation.IdempotencyKey)
+		hashes = append(hashes, p.Operation.ArgsHash)
+		require.Equal(t, "order_123", p.Operation.EntityID)
+		require.Equal(t, "order", p.Operation.EntityType)
+		require.Equal(t, op.EventEnqueue, p.Initial)
+		require.Equal(t, op.StatePlanned, p.Operation.State)
+	}
+	for i := range keys {
+		require.Equal(t, "payment:order_123:capture:4900:USD:v1", keys[i])
+		require.Equal(t, hashes[0], hashes[i])
+	}
+	other, err := tool.Prepare(registry.Proposal{WorkflowID: "wf_1", Args: []byte(`{"order_id":"order_123","customer_id":"cust_456","amount_cents":4901,"currency":"USD"}`)})
+	require.NoError(t, err)
+	require.NotEqual(t, keys[0], other.Operation.IdempotencyKey)
+}
+
+func TestPrepareRejectsBadArgs(t *testing.T) {
+	t.Parallel()
+	tool, err := loadExample(t).Tool("capture_payment")
+	require.NoError(t, err)
+	for name, args := range map[string]string{
+		"float amount":    `{"order_id":"o","customer_id":"c","amount_cents":49.5,"currency":"USD"}`,
+		"unknown field":   `{"order_id":"o","customer_id":"c","amount_cents":49,"currency":"USD","card":"x"}`,
+		"missing order":   `{"customer_id":"c","amount_cents":49,"currency":"USD"}`,
+		"bad currency":    `{"order_id":"o","customer_id":"c","amount_cents":49,"currency":"DOGE"}`,
+		"duplicate key":   `{"order_id":"o","order_id":"p","customer_id":"c","amount_cents":49,"currency":"USD"}`,
+		"not an object":   `[1,2]`,
+		"negative amount": `{"order_id":"o","customer_id":"c","amount_cents":-5,"currency":"USD"}`,
+	} {
+		_, err := tool.Prepare(registry.Proposal{WorkflowID: "wf", Args: []byte(args)})
+		require.Error(t, err, name)
+		require.ErrorIs(t, err, canon.ErrInvalidArgs, name)
+	}
+	_, err = tool.Prepare(registry.Proposal{Args: []byte(`{}`)})
+	require.ErrorIs(t, err, op.ErrInvalid, "workflow id required")
+}
+
+func TestApprovalRules(t *testing.T) {
+	t.Parallel()
+	reg := loadExample(t)
+	capture, _ := reg.Tool("capture_payment")
+	big, err := capture.Prepare(registry.Proposal{WorkflowID: "wf", Args: []byte(`{"order_id":"o","customer_id":"c","amount_cents":1000001,"currency":"USD"}`)})
+	require.NoError(t, err)
+	require.Equal(t, op.EventRequireApproval, big.Initial)
+	small, err := capture.Prepare(registry.Proposal{WorkflowID: "wf", Args: []byte(`{"order_id":"o","customer_id":"c","amount_cents":1000000,"currency":"USD"}`)})
+	require.NoError(t, err)
+	require.Equal(t, op.EventEnqueue, small.Initial)
+	refund, _ := reg.Tool("refund_payment")
+	r, err := refund.Prepare(registry.Proposal{WorkflowID: "wf", Args: []byte(`{"charge_id":"ch_1","amount_cents":5}`)})
+	require.NoError(t, err)
+	require.Equal(t, op.EventRequireApproval, r.Initial)
+}
+
+func TestReadWithoutTemplateKeyedByHash(t *testing.T) {
+	t.Parallel()
+	tool, err := loadExample(t).Tool("get_account_status")
+	require.NoError(t, err)
+	a, err := tool.Prepare(registry.Proposal{WorkflowID: "wf", Args: []byte(`{"account_id":"acct_1"}`)})
+	require.NoError(t, err)
+	require.Equal(t, "get_account_status:"+a.Operation.ArgsHash+":v1", a.Operation.IdempotencyKey)
+}
+
+func TestLoadReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	bad := `
+version: 1
+tools:
+  pay:
+    side_effect_class: external_sometimes
+    version: 0
+    key_template: "pay:{order}"
+    args_schema: {type: object, properties: {order_id: {type: string}}}
+    timeout: fast
+    retry: {max_attempts: 0, jitter: 2}
+    lease: {required: true}
+    approval: {when: sometimes}
+    adapter: {type: http, vendor: nowhere, path: v1/pay}
+    compensation: {tool: unpay}
+  mail:
+    side_effect_class: external_non_idempotent
+    version: 1
+    key_template: "mail:{to}"
+    args_schema: {type: object, properties: {to: {type: string}}}
+    adapter: {type: http, vendor: email, path: /v1/messages}
+  "Bad Name":
+    side_effect_class: pure_read
+`
+	_, err := registry.Load([]byte(bad), registry.Options{Vendors: map[string]string{"email": "http://127.0.0.1:9"}})
+	var le *registry.LoadError
+	require.True(t, errors.As(err, &le), "%v", err)
+	require.ErrorIs(t, err, op.ErrInvalid)
+	want := []string{
+		"tool pay: side_effect_class:", "tool pay: version:", "tool pay: key_template: placeholder {order}",
+		"tool pay: timeout:", "tool pay: retry.max_attempts:", "tool pay: retry.jitter:", "tool pay: lease.required:",
+		"tool pay: approval.when:", "tool pay: adapter.vendor:", "tool pay: adapter.path:", "tool pay: compensation.tool:",
+		"tool mail: adapter.lookup:", "tool Bad Name:",
+	}
+	msg := err.Error()
+	for _, w := range want {
+		require.Contains(t, msg, w)
+	}
+	require.Len(t, le.Problems, len(want), msg)
+}
+
+func TestLoadRejectsUnknownFieldsAndBadYAML(t *testing.T) {
+	t.Parallel()
+	_, err := registry.Load([]byte("version: 1\ntools:\n  x:\n    side_efect_class: pure_read\n"), vendors)
+	require.ErrorIs(t, err, op.ErrInvalid)
+	require.True(t, strings.Contains(err.Error(), "side_efect_class"), err.Error())
+	_, err = registry.Load([]byte("version: [1"), vendors)
+	require.ErrorIs(t, err, op.ErrInvalid)
+	_, err = registry.Load([]byte("version: 2\ntools: {}\n"), vendors)
+	require.ErrorContains(t, err, "version: must be 1")
+}
+
+func TestVendorURLFromEnvironment(t *testing.T) {
+	data, err := os.ReadFile("../../examples/registry.yaml")
+	require.NoError(t, err)
+	_, err = registry.Load(data, registry.Options{})
+	require.ErrorContains(t, err, "OPLEDGER_VENDOR_PAYMENTS_URL")
+	for _, v := range []string{"PAYMENTS", "EMAIL", "TICKETS", "CRM", "ACCOUNTS"} {
+		t.Setenv("OPLEDGER_VENDOR_"+v+"_URL", "http://127.0.0.1:9")
+	}
+	_, err = registry.Load(data, registry.Options{})
+	require.NoError(t, err)
+}
