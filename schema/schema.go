@@ -17,6 +17,12 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// Wire holds the JSON Schemas of the NATS messages (wire/intent.v1.json,
+// wire/command.v1.json, wire/result.v1.json).
+//
+//go:embed wire/*.json
+var Wire embed.FS
+
 // migrateLock is the advisory lock key that serialises concurrent migrators
 // (several services starting at once against one database).
 const migrateLock = 0x6f706c6564676572 // "opledger"

@@ -1,0 +1,304 @@
+// Package bus is opledger's transport over NATS JetStream: stream setup,
+// publishing with Nats-Msg-Id, and durable pull consumers shared by a fleet.
+//
+// JetStream is transport, not the ledger: its duplicate window is finite and
+// in memory, so every consumer must stay safe under redelivery by checking the
+// ledger before it acts.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/opledger/opledger/pkg/wire"
+)
+
+// Bus is a connection to NATS with JetStream.
+type Bus struct {
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	log zerolog.Logger
+}
+
+// Connect dials NATS at url. name identifies the client in server monitoring.
+func Connect(ctx context.Context, url, name string, log zerolog.Logger) (*Bus, error) {
+	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn().Err(err).Msg("nats disconnected")
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("nats reconnected") }))
+	if err != nil {
+		return nil, fmt.Errorf("bus: connect %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bus: jetstream: %w", err)
+	}
+	return &Bus{nc: nc, js: js, log: log}, nil
+}
+
+// Close drains and closes the connection.
+func (b *Bus) Close() {
+	_ = b.nc.Drain()
+}
+
+// Conn exposes the NATS connection for core request/reply and subscriptions.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// StreamOptions tune the streams EnsureStreams creates.
+type StreamOptions struct {
+	// Replicas per stream; 1 for a single server.
+	Replicas int
+	// DuplicateWindow is JetStream's Nats-Msg-Id dedupe window (default 2m).
+	DuplicateWindow time.Duration
+	// MaxAge bounds how long messages are kept (default 24h for INTENTS and
+	// OPS, 1h for RESULTS). The ledger, not the stream, is the record.
+	MaxAge time.Duration
+	// Memory stores streams in memory (tests, benchmarks); default file.
+	Memory bool
+}
+
+// EnsureStreams creates or updates INTENTS, OPS and RESULTS.
+func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.DuplicateWindow == 0 {
+		o.DuplicateWindow = 2 * time.Minute
+	}
+	storage := jetstream.FileStorage
+	if o.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	age := func(def time.Duration) time.Duration {
+		if o.MaxAge > 0 {
+			return o.MaxAge
+		}
+		return def
+	}
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: wire.StreamIntents, Subjects: []string{wire.IntentSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour)},
+		{Name: wire.StreamOps, Subjects: []string{wire.OpsSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour)},
+		{Name: wire.StreamResults, Subjects: []string{wire.ResultSubjectPrefix + ">"}, MaxAge: age(time.Hour)},
+	} {
+		sc.Storage = storage
+		sc.Replicas = o.Replicas
+		sc.Duplicates = o.DuplicateWindow
+		sc.Retention = jetstream.LimitsPolicy
+		if _, err := b.js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}
+
+// Message is one message to publish.
+type Message struct {
+	Subject string
+	// MsgID becomes Nats-Msg-Id: a re-publish inside the duplicate window is
+	// stored once.
+	MsgID  string
+	Header map[string]string
+	Data   []byte
+}
+
+func (m Message) natsMsg() *nats.Msg {
+	nm := nats.NewMsg(m.Subject)
+	nm.Data = m.Data
+	for k, v := range m.Header {
+		nm.Header.Set(k, v)
+	}
+	if m.MsgID != "" {
+		nm.Header.Set(jetstream.MsgIDHeader, m.MsgID)
+	}
+	return nm
+}
+
+// Publish sends one message and waits for the stream's acknowledgement. It
+// reports whether JetStream recognised it as a duplicate.
+func (b *Bus) Publish(ctx context.Context, m Message) (duplicate bool, err error) {
+	ack, err := b.js.PublishMsg(ctx, m.natsMsg())
+	if err != nil {
+		return false, fmt.Errorf("bus: publish %s: %w", m.Subject, err)
+	}
+	return ack.Duplicate, nil
+}
+
+// PublishBatch sends messages without waiting between them, then waits for
+// every acknowledgement. errs[i] is nil when msgs[i] is stored (or was a
+// duplicate of a stored message).
+func (b *Bus) PublishBatch(ctx context.Context, msgs []Message) (errs []error) {
+	errs = make([]error, len(msgs))
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		f, err := b.js.PublishMsgAsync(m.natsMsg())
+		if err != nil {
+			errs[i] = fmt.Errorf("bus: publish %s: %w", m.Subject, err)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = fmt.Errorf("bus: publish %s: %w", msgs[i].Subject, err)
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("bus: publish %s: %w", msgs[i].Subject, ctx.Err())
+		}
+	}
+	return errs
+}
+
+// Delivery is one received message.
+type Delivery struct {
+	Subject string
+	Header  map[string]string
+	Data    []byte
+	// Delivered counts deliveries of this message, 1 on the first.
+	Delivered uint64
+}
+
+// Handler processes a delivery. Returning nil acknowledges it; an error wrapped
+// with Permanent terminates it (it will not be redelivered); any other error
+// asks for redelivery after a backoff.
+type Handler func(ctx context.Context, d Delivery) error
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as not worth redelivering the message for.
+func Permanent(err error) error { return permanentError{err} }
+
+// ConsumerConfig configures a durable pull consumer shared by every process
+// that uses the same Durable name: each message goes to one of them.
+type ConsumerConfig struct {
+	Stream  string
+	Durable string
+	Filters []string
+	// Workers process deliveries concurrently in this process (default 8).
+	Workers int
+	// AckWait is how long a delivery may be processed before JetStream
+	// redelivers it (default 30s).
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries (default -1, unlimited: the ledger decides).
+	MaxDeliver int
+	// MaxAckPending bounds deliveries in flight across the fleet (default 1024).
+	MaxAckPending int
+}
+
+// Consume starts processing deliveries until ctx ends or the returned stop
+// function is called; stop waits for in-flight handlers.
+func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop func(), err error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.MaxDeliver == 0 {
+		cfg.MaxDeliver = -1
+	}
+	if cfg.MaxAckPending <= 0 {
+		cfg.MaxAckPending = 1024
+	}
+	cons, err := b.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+		Durable: cfg.Durable, FilterSubjects: cfg.Filters, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver, MaxAckPending: cfg.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cfg.Durable, cfg.Stream, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	work := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	for range cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range work {
+				b.handle(ctx, cfg, m, h)
+			}
+		}()
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case work <- m:
+		case <-ctx.Done():
+			_ = m.Nak()
+		}
+	}, jetstream.PullMaxMessages(2*cfg.Workers), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			b.log.Debug().Err(err).Str("consumer", cfg.Durable).Msg("consume")
+		}
+	}))
+	if err != nil {
+		cancel()
+		close(work)
+		return nil, fmt.Errorf("bus: consume %s: %w", cfg.Durable, err)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cc.Stop()
+			<-cc.Closed()
+			cancel()
+			close(work)
+			wg.Wait()
+		})
+	}
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	return stop, nil
+}
+
+func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h Handler) {
+	d := Delivery{Subject: m.Subject(), Data: m.Data(), Delivered: 1}
+	if hdr := m.Headers(); len(hdr) > 0 {
+		d.Header = make(map[string]string, len(hdr))
+		for k := range hdr {
+			d.Header[k] = hdr.Get(k)
+		}
+	}
+	if md, err := m.Metadata(); err == nil {
+		d.Delivered = md.NumDelivered
+	}
+	err := h(ctx, d)
+	var perm permanentError
+	switch {
+	case err == nil:
+		if aerr := m.Ack(); aerr != nil {
+			b.log.Warn().Err(aerr).Str("consumer", cfg.Durable).Msg("ack failed; the message will be redelivered and absorbed by the ledger")
+		}
+	case errors.As(err, &perm):
+		b.log.Warn().Err(err).Str("consumer", cfg.Durable).Str("subject", d.Subject).Msg("message terminated")
+		_ = m.Term()
+	default:
+		delay := time.Duration(d.Delivered*d.Delivered) * 100 * time.Millisecond
+		if delay > 10*time.Second {
+			delay = 10 * time.Second
+		}
+		if ctx.Err() == nil {
+			b.log.Warn().Err(err).Str("consumer", cfg.Durable).Str("subject", d.Subject).Uint64("delivered", d.Delivered).Msg("handler failed; redelivering")
+		}
+		_ = m.NakWithDelay(delay)
+	}
+}

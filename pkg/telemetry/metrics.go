@@ -1,0 +1,90 @@
+package telemetry
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are opledger's Prometheus metrics. A nil *Metrics records nothing,
+// so packages can be used without a registry (tests, embedding).
+type Metrics struct {
+	intents     *prometheus.CounterVec
+	intentLat   *prometheus.HistogramVec
+	attempts    *prometheus.CounterVec
+	dispatchLat *prometheus.HistogramVec
+	transitions *prometheus.CounterVec
+	redelivered *prometheus.CounterVec
+	reconciled  *prometheus.CounterVec
+}
+
+// NewMetrics registers the metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		intents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opledger_intents_total", Help: "Intents ingested, by tool and dedupe decision (new, duplicate_event, duplicate_operation, conflict, rejected).",
+		}, []string{"tool", "decision"}),
+		intentLat: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "opledger_intent_seconds", Help: "Time to record an intent in the ledger.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"decision"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opledger_attempts_total", Help: "Dispatch attempts by tool, side-effect class, outcome and error category.",
+		}, []string{"tool", "class", "outcome", "category"}),
+		dispatchLat: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "opledger_vendor_call_seconds", Help: "Vendor call latency by tool and outcome.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"tool", "outcome"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opledger_transitions_total", Help: "Operation state transitions by tool and target state.",
+		}, []string{"tool", "to"}),
+		redelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opledger_commands_suppressed_total", Help: "Commands that arrived for an operation past the state they were written for and changed nothing (redeliveries, stale epochs).",
+		}, []string{"kind", "tool"}),
+		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opledger_reconciliations_total", Help: "Reconciliation results by tool and verdict (found, not_found, pending, error, escalated).",
+		}, []string{"tool", "verdict"}),
+	}
+	reg.MustRegister(m.intents, m.intentLat, m.attempts, m.dispatchLat, m.transitions, m.redelivered, m.reconciled)
+	return m
+}
+
+// Intent counts an ingested intent.
+func (m *Metrics) Intent(tool, decision string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.intents.WithLabelValues(tool, decision).Inc()
+	m.intentLat.WithLabelValues(decision).Observe(d.Seconds())
+}
+
+// Attempt counts a finished dispatch attempt.
+func (m *Metrics) Attempt(tool, class, outcome, category string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.attempts.WithLabelValues(tool, class, outcome, category).Inc()
+	m.dispatchLat.WithLabelValues(tool, outcome).Observe(d.Seconds())
+}
+
+// Transition counts a state change.
+func (m *Metrics) Transition(tool, to string) {
+	if m == nil {
+		return
+	}
+	m.transitions.WithLabelValues(tool, to).Inc()
+}
+
+// Suppressed counts a command that changed nothing because the ledger had moved on.
+func (m *Metrics) Suppressed(kind, tool string) {
+	if m == nil {
+		return
+	}
+	m.redelivered.WithLabelValues(kind, tool).Inc()
+}
+
+// Reconciled counts a reconciliation verdict.
+func (m *Metrics) Reconciled(tool, verdict string) {
+	if m == nil {
+		return
+	}
+	m.reconciled.WithLabelValues(tool, verdict).Inc()
+}

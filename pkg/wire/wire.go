@@ -1,0 +1,218 @@
+// Package wire is opledger's message contract on NATS: the intent an agent
+// publishes, the commands the ledger sends its workers and the normalized
+// result an agent receives. docs/protocol.md describes it for clients; the
+// JSON Schemas under schema/wire/ are the normative shapes, and this package's
+// tests check that the Go types and the schemas agree.
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/opledger/opledger/pkg/op"
+)
+
+// Spec versions carried in every message's "spec" field.
+const (
+	SpecIntent  = "opledger.intent.v1"
+	SpecCommand = "opledger.command.v1"
+	SpecResult  = "opledger.result.v1"
+)
+
+// Subjects and streams.
+const (
+	StreamIntents = "INTENTS" // opledger.intents.<workflow_id>
+	StreamOps     = "OPS"     // opledger.ops.<kind>.<tool>
+	StreamResults = "RESULTS" // opledger.results.<workflow_id>
+
+	IntentSubjectPrefix = "opledger.intents."
+	OpsSubjectPrefix    = "opledger.ops."
+	ResultSubjectPrefix = "opledger.results."
+
+	// HeaderMsgID is JetStream's dedupe header; on intents it must equal event_id.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderTraceparent carries W3C trace context on every message.
+	HeaderTraceparent = "traceparent"
+)
+
+// Command kinds, the second token of an ops subject.
+const (
+	KindDispatch  = "dispatch"
+	KindUnknown   = "unknown"
+	KindFailed    = "failed"
+	KindCompleted = "completed"
+)
+
+// IntentSubject is where an agent publishes intents for a workflow.
+func IntentSubject(workflowID string) string { return IntentSubjectPrefix + workflowID }
+
+// ResultSubject is where results for a workflow are published.
+func ResultSubject(workflowID string) string { return ResultSubjectPrefix + workflowID }
+
+// OpsSubject is where commands of a kind for a tool are published.
+func OpsSubject(kind, tool string) string { return OpsSubjectPrefix + kind + "." + tool }
+
+// Intent is what an agent publishes: the model's proposed tool call.
+type Intent struct {
+	Spec string `json:"spec"`
+	// EventID identifies this message: the model's tool-call id scoped by
+	// conversation. A redelivery or a resend carries the same id.
+	EventID    string `json:"event_id"`
+	WorkflowID string `json:"workflow_id"`
+	RunID      string `json:"run_id,omitempty"`
+	Tool       string `json:"tool"`
+	// Intent is a business label such as collect_payment_for_order (optional;
+	// the registry's label is used when empty).
+	Intent string          `json:"intent,omitempty"`
+	Args   json.RawMessage `json:"args"`
+	Actor  *Actor          `json:"actor,omitempty"`
+	// Correlation is free metadata (conversation id, user request id).
+	Correlation map[string]string `json:"correlation,omitempty"`
+}
+
+// Actor says who proposed the intent.
+type Actor struct {
+	Type string `json:"type"` // agent, user, operator, system
+	ID   string `json:"id"`
+}
+
+// Limits on identifiers in intents.
+const (
+	MaxIDLen     = 200
+	MaxIntentLen = 1 << 20 // 1 MiB of JSON
+)
+
+// DecodeIntent parses and checks an intent from its subject, headers and body.
+// Errors wrap op.ErrInvalid and say what is wrong in words fit for a result's
+// reason field.
+func DecodeIntent(subject, msgID string, body []byte) (*Intent, error) {
+	if len(body) > MaxIntentLen {
+		return nil, fmt.Errorf("intent is %d bytes, over the %d limit: %w", len(body), MaxIntentLen, op.ErrInvalid)
+	}
+	var in Intent
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		return nil, fmt.Errorf("intent is not valid JSON for %s: %v: %w", SpecIntent, shortJSONError(err), op.ErrInvalid)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("intent has data after the JSON object: %w", op.ErrInvalid)
+	}
+	switch {
+	case in.Spec != SpecIntent:
+		return nil, fmt.Errorf("spec must be %q, got %q: %w", SpecIntent, clip(in.Spec), op.ErrInvalid)
+	case !validID(in.EventID):
+		return nil, fmt.Errorf("event_id is required (1-%d printable characters): %w", MaxIDLen, op.ErrInvalid)
+	case !validID(in.WorkflowID) || strings.ContainsAny(in.WorkflowID, ".*> "):
+		return nil, fmt.Errorf("workflow_id is required (1-%d printable characters, no '.', '*', '>' or spaces): %w", MaxIDLen, op.ErrInvalid)
+	case in.RunID != "" && !validID(in.RunID):
+		return nil, fmt.Errorf("run_id must be 1-%d printable characters: %w", MaxIDLen, op.ErrInvalid)
+	case in.Tool == "":
+		return nil, fmt.Errorf("tool is required: %w", op.ErrInvalid)
+	case len(in.Args) == 0 || in.Args[0] != '{':
+		return nil, fmt.Errorf("args must be a JSON object: %w", op.ErrInvalid)
+	case subject != "" && subject != IntentSubject(in.WorkflowID):
+		return nil, fmt.Errorf("published on %q but workflow_id says %q: %w", clip(subject), clip(in.WorkflowID), op.ErrInvalid)
+	case msgID != "" && msgID != in.EventID:
+		return nil, fmt.Errorf("Nats-Msg-Id header differs from event_id: %w", op.ErrInvalid)
+	}
+	return &in, nil
+}
+
+func validID(s string) bool {
+	if s == "" || len(s) > MaxIDLen || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// clip shortens untrusted text before it goes into an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+func shortJSONError(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("syntax error at byte %d", se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %s must be %s", te.Field, te.Type)
+	}
+	return clip(err.Error())
+}
+
+// Command is what the ledger publishes to its workers on opledger.ops.*.
+// Workers treat it as a hint: they load the operation from the ledger and act
+// only if its state and lease epoch still call for it.
+type Command struct {
+	Spec           string `json:"spec"`
+	Kind           string `json:"kind"`
+	OperationID    string `json:"operation_id"`
+	Tool           string `json:"tool"`
+	IdempotencyKey string `json:"idempotency_key"`
+	// LeaseEpoch is the epoch the operation had when the command was written.
+	LeaseEpoch int64  `json:"lease_epoch"`
+	WorkflowID string `json:"workflow_id"`
+	// EventID is the inbound event that created the operation.
+	EventID string `json:"event_id,omitempty"`
+	// State is the state the command was written in.
+	State op.State `json:"state"`
+}
+
+// Result is the normalized answer an agent receives on opledger.results.<workflow_id>.
+type Result struct {
+	Spec           string      `json:"spec"`
+	OperationID    string      `json:"operation_id,omitempty"`
+	EventID        string      `json:"event_id"`
+	WorkflowID     string      `json:"workflow_id"`
+	Tool           string      `json:"tool"`
+	Status         string      `json:"status"` // an op.State, or "rejected" when no operation exists
+	DedupeDecision op.Decision `json:"dedupe_decision"`
+	IdempotencyKey string      `json:"idempotency_key,omitempty"`
+	// Final is true when the status will not change without a new intent.
+	Final               bool                   `json:"final"`
+	ExternalRequestID   string                 `json:"external_request_id,omitempty"`
+	ExternalObjectID    string                 `json:"external_object_id,omitempty"`
+	RetryRecommendation op.RetryRecommendation `json:"retry_recommendation"`
+	SafeUserMessage     string                 `json:"safe_user_message"`
+	Reason              string                 `json:"reason,omitempty"`
+	AttemptCount        int                    `json:"attempt_count"`
+	RawStatusCode       int                    `json:"raw_status_code,omitempty"`
+	At                  time.Time              `json:"at"`
+}
+
+// ResultFor builds the result describing operation o's current state, as an
+// answer to event eventID with the given dedupe decision.
+func ResultFor(o *op.Operation, eventID string, d op.Decision) Result {
+	rec, msg := op.Recommend(o.State)
+	return Result{
+		Spec: SpecResult, OperationID: o.ID, EventID: eventID, WorkflowID: o.WorkflowID, Tool: o.Tool,
+		Status: string(o.State), DedupeDecision: d, IdempotencyKey: o.IdempotencyKey,
+		Final: o.State.Terminal(), ExternalRequestID: o.ExternalRequestID, ExternalObjectID: o.ExternalObjectID,
+		RetryRecommendation: rec, SafeUserMessage: msg, AttemptCount: o.AttemptCount, At: o.UpdatedAt.UTC(),
+	}
+}
+
+// Rejection builds the result for an intent that created nothing.
+func Rejection(eventID, workflowID, tool, reason string, d op.Decision, at time.Time) Result {
+	msg := "The request was not accepted and nothing was done."
+	return Result{
+		Spec: SpecResult, EventID: eventID, WorkflowID: workflowID, Tool: tool, Status: string(op.StateRejected),
+		DedupeDecision: d, Final: true, RetryRecommendation: op.RecommendChangeArguments,
+		SafeUserMessage: msg, Reason: reason, At: at.UTC(),
+	}
+}
