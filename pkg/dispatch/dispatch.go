@@ -1,0 +1,270 @@
+// Package dispatch is the dispatcher: a horizontally scaled fleet sharing one
+// durable pull consumer on opledger.ops.dispatch.>.
+//
+// For each command it commits "dispatched" plus an attempt row (taking the
+// lease: epoch+1) before calling the vendor, calls the adapter with the
+// operation's stable idempotency key, classifies the outcome and records it
+// with the vendor's ids, and sends the agent's result and any follow-up
+// command (reconcile, retry, compensate) through the outbox in the same
+// transaction. A command for an operation already past pending_dispatch, or
+// at another lease epoch, never reaches the vendor. No transaction is held
+// across the vendor call.
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/rs/zerolog"
+
+	"github.com/opledger/opledger/pkg/adapter"
+	"github.com/opledger/opledger/pkg/bus"
+	"github.com/opledger/opledger/pkg/op"
+	"github.com/opledger/opledger/pkg/outbox"
+	"github.com/opledger/opledger/pkg/registry"
+	"github.com/opledger/opledger/pkg/store"
+	"github.com/opledger/opledger/pkg/telemetry"
+	"github.com/opledger/opledger/pkg/wire"
+)
+
+// Config tunes a dispatcher instance.
+type Config struct {
+	// Durable is the consumer shared by the fleet (default "dispatcher").
+	Durable string
+	// Name identifies this instance in attempt rows and logs (default "dispatcher").
+	Name string
+	// Workers is the number of concurrent vendor calls per instance (default 32).
+	Workers int
+}
+
+// Service is one dispatcher instance.
+type Service struct {
+	cfg      Config
+	store    *store.Store
+	bus      *bus.Bus
+	reg      *registry.Registry
+	adapters map[string]adapter.Adapter
+	m        *telemetry.Metrics
+	log      zerolog.Logger
+}
+
+// New returns a dispatcher; adapters maps tool names to their adapters.
+func New(cfg Config, st *store.Store, b *bus.Bus, reg *registry.Registry, adapters map[string]adapter.Adapter, m *telemetry.Metrics, log zerolog.Logger) *Service {
+	if cfg.Durable == "" {
+		cfg.Durable = "dispatcher"
+	}
+	if cfg.Name == "" {
+		cfg.Name = "dispatcher"
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 32
+	}
+	return &Service{cfg: cfg, store: st, bus: b, reg: reg, adapters: adapters, m: m,
+		log: log.With().Str("service", "dispatcher").Str("instance", cfg.Name).Logger()}
+}
+
+// Start consumes dispatch commands until ctx ends; stop waits for calls in flight.
+func (s *Service) Start(ctx context.Context) (stop func(), err error) {
+	return s.bus.Consume(ctx, bus.ConsumerConfig{
+		Stream: wire.StreamOps, Durable: s.cfg.Durable, Workers: s.cfg.Workers,
+		Filters: []string{wire.OpsSubject(wire.KindDispatch, ">")},
+		AckWait: time.Minute,
+	}, s.Handle)
+}
+
+// Handle processes one dispatch command.
+func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
+	var cmd wire.Command
+	if err := json.Unmarshal(d.Data, &cmd); err != nil || cmd.OperationID == "" {
+		return bus.Permanent(fmt.Errorf("dispatch: undecodable command on %s", d.Subject))
+	}
+	tp := telemetry.ParseTraceparent(d.Header[wire.HeaderTraceparent])
+	log := s.log.With().Str("operation_id", cmd.OperationID).Str("tool", cmd.Tool).
+		Str("idempotency_key", cmd.IdempotencyKey).Str("trace_id", tp.TraceID).Logger()
+
+	tool, err := s.reg.Tool(cmd.Tool)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	ad := s.adapters[cmd.Tool]
+	if ad == nil {
+		return bus.Permanent(fmt.Errorf("dispatch: no adapter for tool %s", cmd.Tool))
+	}
+
+	// Claim: commit dispatched + attempt before any vendor call.
+	var o *op.Operation
+	var att *op.Attempt
+	err = s.store.InTx(ctx, func(tx *store.Tx) error {
+		var err error
+		o, att, err = tx.BeginAttempt(ctx, cmd.OperationID, cmd.LeaseEpoch, s.cfg.Name)
+		return err
+	})
+	var stale *op.StaleError
+	switch {
+	case errors.As(err, &stale):
+		// A redelivery, a duplicate publish, or a command from an older epoch:
+		// the ledger says the operation has moved on. Never call the vendor.
+		s.m.Suppressed(wire.KindDispatch, cmd.Tool)
+		log.Info().Str("dedupe_decision", "command_suppressed").Str("state", string(stale.GotState)).
+			Int64("lease_epoch", stale.GotEpoch).Int64("command_epoch", cmd.LeaseEpoch).Uint64("delivered", d.Delivered).
+			Msg("dispatch command changes nothing")
+		return nil
+	case errors.Is(err, op.ErrNotFound):
+		return bus.Permanent(err)
+	case err != nil:
+		return err
+	}
+	log = log.With().Str("attempt_id", att.ID).Int("attempt", att.Number).Str("workflow_id", o.WorkflowID).
+		Str("side_effect_class", string(o.Class)).Logger()
+
+	callCtx, cancel := context.WithTimeout(ctx, tool.Timeout)
+	res := ad.Call(callCtx, adapter.Request{
+		OperationID: o.ID, AttemptID: att.ID, Tool: o.Tool, IdempotencyKey: o.IdempotencyKey, Args: o.Args,
+		Header: map[string][]string{wire.HeaderTraceparent: {tp.Child().String()}},
+	})
+	cancel()
+	s.m.Attempt(o.Tool, string(o.Class), string(res.Outcome), res.ErrorCategory, res.Latency)
+
+	// Record with a context that outlives shutdown: the vendor already acted.
+	final, err := Record(context.WithoutCancel(ctx), s.store, tool, o, att, res, cmd.EventID, tp)
+	if err != nil {
+		// The operation stays in dispatched; the reconciler's sweeper will
+		// find it. A redelivery of this command is suppressed above.
+		log.Error().Err(err).Str("outcome", string(res.Outcome)).Msg("could not record outcome")
+		return err
+	}
+	s.m.Transition(o.Tool, string(final.State))
+	log.Info().Str("outcome", string(res.Outcome)).Str("state_transition", string(op.StateDispatched)+"->"+string(final.State)).
+		Str("error_category", res.ErrorCategory).Int("http_status", res.HTTPStatus).Bool("vendor_replayed", res.Replayed).
+		Str("provider_request_id", res.ExternalRequestID).Str("external_object_id", res.ExternalObjectID).
+		Dur("latency", res.Latency).Msg("attempt recorded")
+	return nil
+}
+
+// Record writes an attempt's outcome in one transaction: the attempt row, the
+// operation's transition from dispatched (fenced by the attempt's lease
+// epoch), the agent's result and the follow-up command. Retryable outcomes
+// go back to pending_dispatch with a delayed dispatch command while the
+// tool's retry budget lasts, then fail permanently. It returns the
+// operation's new state.
+func Record(ctx context.Context, st *store.Store, tool *registry.Tool, o *op.Operation, att *op.Attempt,
+	res adapter.Result, eventID string, tp telemetry.Traceparent) (*op.Operation, error) {
+	att.Outcome, att.ErrorCategory, att.Error, att.HTTPStatus = res.Outcome, res.ErrorCategory, res.Error, res.HTTPStatus
+	att.ExternalRequestID, att.ExternalObjectID = res.ExternalRequestID, res.ExternalObjectID
+	var out *op.Operation
+	err := st.InTx(ctx, func(tx *store.Tx) error {
+		if _, err := tx.FinishAttempt(ctx, att); err != nil {
+			return err
+		}
+		cur, err := tx.Transition(ctx, store.Change{
+			OperationID: o.ID, From: op.StateDispatched, LeaseEpoch: o.LeaseEpoch, Event: res.Outcome.Event(),
+			ExternalRequestID: res.ExternalRequestID, ExternalObjectID: res.ExternalObjectID,
+			ErrorCategory: res.ErrorCategory, Error: res.Error, AttemptID: att.ID, Actor: att.Worker,
+			Detail: attemptDetail(res),
+		})
+		if err != nil {
+			return err
+		}
+		cur, msgs, err := FollowUp(ctx, tx, tool, cur, eventID, tp, res.RetryAfter, att.Worker)
+		if err != nil {
+			return err
+		}
+		r := wire.ResultFor(cur, eventID, op.DecisionNew)
+		r.RawStatusCode, r.Reason = res.HTTPStatus, res.Error
+		msgs = append(msgs, outbox.Result(r, tp))
+		out = cur
+		return tx.Enqueue(ctx, msgs...)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record attempt %s of operation %s: %w", att.ID, o.ID, err)
+	}
+	return out, nil
+}
+
+// FollowUp decides what happens after an operation reached cur.State from an
+// attempt or a reconciliation, in tx: an unknown outcome gets a reconcile
+// command; a retryable failure goes back to pending_dispatch with a delayed
+// dispatch command while the tool's retry budget lasts, then fails
+// permanently; a permanent failure gets a compensate command; a completed
+// compensation completes the operation it compensates. It returns the
+// operation's state after that and the outbox messages to write.
+func FollowUp(ctx context.Context, tx *store.Tx, tool *registry.Tool, cur *op.Operation, eventID string,
+	tp telemetry.Traceparent, retryAfter time.Duration, actor string) (*op.Operation, []store.Message, error) {
+	var msgs []store.Message
+	var err error
+	switch cur.State {
+	case op.StateUnknownOutcome:
+		msgs = append(msgs, outbox.Command(wire.KindUnknown, cur, eventID, tp, time.Time{}))
+	case op.StateFailedRetryable:
+		if cur.AttemptCount < tool.Retry.MaxAttempts {
+			if cur, err = tx.Transition(ctx, store.Change{OperationID: cur.ID, From: cur.State, LeaseEpoch: cur.LeaseEpoch,
+				Event: op.EventRetry, Actor: actor, Detail: map[string]any{"attempt": cur.AttemptCount}}); err != nil {
+				return nil, nil, err
+			}
+			due := time.Now().Add(RetryDelay(tool.Retry, cur.AttemptCount, retryAfter))
+			msgs = append(msgs, outbox.Command(wire.KindDispatch, cur, eventID, tp, due))
+			break
+		}
+		if cur, err = tx.Transition(ctx, store.Change{OperationID: cur.ID, From: cur.State, LeaseEpoch: cur.LeaseEpoch,
+			Event: op.EventFailPermanent, Actor: actor, ErrorCategory: "retries_exhausted",
+			Error: fmt.Sprintf("gave up after %d attempts; last: %s", cur.AttemptCount, cur.LastError)}); err != nil {
+			return nil, nil, err
+		}
+		msgs = append(msgs, outbox.Command(wire.KindFailed, cur, eventID, tp, time.Time{}))
+	case op.StateFailedPermanent:
+		msgs = append(msgs, outbox.Command(wire.KindFailed, cur, eventID, tp, time.Time{}))
+	case op.StateCompletedSuccess, op.StateCompletedNoop:
+		if err := CompleteCompensation(ctx, tx, cur); err != nil {
+			return nil, nil, err
+		}
+	}
+	return cur, msgs, nil
+}
+
+// CompleteCompensation moves the operation that o compensates, if any, from
+// compensating to compensated, in tx.
+func CompleteCompensation(ctx context.Context, tx *store.Tx, o *op.Operation) error {
+	if o.CompensatesID == "" {
+		return nil
+	}
+	orig, err := tx.Operation(ctx, o.CompensatesID)
+	if err != nil {
+		return err
+	}
+	if orig.State != op.StateCompensating {
+		return nil
+	}
+	_, err = tx.Transition(ctx, store.Change{OperationID: orig.ID, From: orig.State, LeaseEpoch: orig.LeaseEpoch,
+		Event: op.EventCompensated, Actor: "compensation", Detail: map[string]string{"compensation_operation_id": o.ID}})
+	return err
+}
+
+func attemptDetail(res adapter.Result) map[string]any {
+	d := map[string]any{"outcome": res.Outcome, "latency_ms": res.Latency.Milliseconds()}
+	if res.HTTPStatus != 0 {
+		d["http_status"] = res.HTTPStatus
+	}
+	if res.Replayed {
+		d["vendor_replayed"] = true
+	}
+	return d
+}
+
+// RetryDelay is the wait before attempt number attempt+1: exponential backoff
+// with jitter from the tool's policy, and never less than the vendor's
+// Retry-After.
+func RetryDelay(p registry.RetryPolicy, attempt int, retryAfter time.Duration) time.Duration {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.RandomizationFactor, b.Multiplier = p.InitialBackoff, p.MaxBackoff, p.Jitter, 2
+	b.MaxElapsedTime = 0
+	b.Reset()
+	d := b.InitialInterval
+	for range max(attempt, 1) {
+		d = b.NextBackOff()
+	}
+	return max(d, retryAfter)
+}

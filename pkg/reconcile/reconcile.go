@@ -1,0 +1,286 @@
+// Package reconcile is the reconciler: it resolves operations whose outcome
+// is unknown by asking the vendor (lookup by idempotency key or client
+// reference) instead of re-sending, and its sweeper finds operations stuck in
+// dispatched (a dispatcher died mid-call) or acknowledged for too long and
+// marks them unknown, fencing the old worker off with a new lease epoch.
+//
+// Verdicts: found → completed_success with the vendor's id; still pending →
+// look again later; not found once the vendor has had time to settle →
+// failed_retryable (confirmed not applied), then the tool's retry policy; no
+// lookup, or too many failed lookups → escalated to a human.
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/opledger/opledger/pkg/adapter"
+	"github.com/opledger/opledger/pkg/bus"
+	"github.com/opledger/opledger/pkg/dispatch"
+	"github.com/opledger/opledger/pkg/op"
+	"github.com/opledger/opledger/pkg/outbox"
+	"github.com/opledger/opledger/pkg/registry"
+	"github.com/opledger/opledger/pkg/store"
+	"github.com/opledger/opledger/pkg/telemetry"
+	"github.com/opledger/opledger/pkg/wire"
+)
+
+// Config tunes the reconciler.
+type Config struct {
+	// Durable is the consumer shared by reconciler instances (default "reconciler").
+	Durable string
+	Name    string
+	Workers int // default 8
+	// SweepInterval is how often the sweeper looks for stuck operations (default 1s).
+	SweepInterval time.Duration
+	// DispatchedGrace is added to a tool's timeout before an operation in
+	// dispatched counts as stuck (default 5s).
+	DispatchedGrace time.Duration
+	// AcknowledgedTimeout is how long an acknowledged operation may wait for
+	// its completion before it is reconciled (default 5m).
+	AcknowledgedTimeout time.Duration
+	// SettleDelay is how long after the last change a vendor's "not found" is
+	// trusted as "never applied" (default 2s; vendors with propagation delay
+	// need more).
+	SettleDelay time.Duration
+	// MaxLookups escalates after this many deliveries of one reconcile
+	// command (default 20).
+	MaxLookups int
+}
+
+func (c *Config) setDefaults() {
+	if c.Durable == "" {
+		c.Durable = "reconciler"
+	}
+	if c.Name == "" {
+		c.Name = "reconciler"
+	}
+	if c.Workers <= 0 {
+		c.Workers = 8
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = time.Second
+	}
+	if c.DispatchedGrace <= 0 {
+		c.DispatchedGrace = 5 * time.Second
+	}
+	if c.AcknowledgedTimeout <= 0 {
+		c.AcknowledgedTimeout = 5 * time.Minute
+	}
+	if c.SettleDelay <= 0 {
+		c.SettleDelay = 2 * time.Second
+	}
+	if c.MaxLookups <= 0 {
+		c.MaxLookups = 20
+	}
+}
+
+// Service is one reconciler instance.
+type Service struct {
+	cfg      Config
+	store    *store.Store
+	bus      *bus.Bus
+	reg      *registry.Registry
+	adapters map[string]adapter.Adapter
+	m        *telemetry.Metrics
+	log      zerolog.Logger
+}
+
+// New returns a reconciler.
+func New(cfg Config, st *store.Store, b *bus.Bus, reg *registry.Registry, adapters map[string]adapter.Adapter, m *telemetry.Metrics, log zerolog.Logger) *Service {
+	cfg.setDefaults()
+	return &Service{cfg: cfg, store: st, bus: b, reg: reg, adapters: adapters, m: m,
+		log: log.With().Str("service", "reconciler").Str("instance", cfg.Name).Logger()}
+}
+
+// Start consumes reconcile commands and runs the sweeper until ctx ends.
+func (s *Service) Start(ctx context.Context) (stop func(), err error) {
+	stopConsume, err := s.bus.Consume(ctx, bus.ConsumerConfig{
+		Stream: wire.StreamOps, Durable: s.cfg.Durable, Workers: s.cfg.Workers,
+		Filters: []string{wire.OpsSubject(wire.KindUnknown, ">")}, AckWait: time.Minute,
+	}, s.Handle)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(s.cfg.SweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				if _, err := s.Sweep(sctx, time.Now()); err != nil && sctx.Err() == nil {
+					s.log.Warn().Err(err).Msg("sweep failed")
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done; stopConsume() }, nil
+}
+
+// errLookAgain asks for the command to be redelivered later.
+var errLookAgain = errors.New("vendor has no final answer yet")
+
+// Handle processes one reconcile command.
+func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
+	var cmd wire.Command
+	if err := json.Unmarshal(d.Data, &cmd); err != nil || cmd.OperationID == "" {
+		return bus.Permanent(fmt.Errorf("reconcile: undecodable command on %s", d.Subject))
+	}
+	tp := telemetry.ParseTraceparent(d.Header[wire.HeaderTraceparent])
+	log := s.log.With().Str("operation_id", cmd.OperationID).Str("tool", cmd.Tool).
+		Str("idempotency_key", cmd.IdempotencyKey).Str("trace_id", tp.TraceID).Uint64("delivered", d.Delivered).Logger()
+	o, err := s.store.Operation(ctx, cmd.OperationID)
+	if errors.Is(err, op.ErrNotFound) {
+		return bus.Permanent(err)
+	} else if err != nil {
+		return err
+	}
+	if o.State != op.StateUnknownOutcome {
+		s.m.Suppressed(wire.KindUnknown, cmd.Tool)
+		log.Info().Str("state", string(o.State)).Msg("reconcile command changes nothing")
+		return nil
+	}
+	tool, err := s.reg.Tool(o.Tool)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	looker, ok := s.adapters[o.Tool].(adapter.Looker)
+	if !ok || tool.Adapter.HTTP.Lookup == nil {
+		return s.escalate(ctx, o, cmd.EventID, tp, "the vendor offers no lookup; a person must check", log)
+	}
+	lctx, cancel := context.WithTimeout(ctx, tool.Timeout)
+	lr, err := looker.Lookup(lctx, adapter.Request{OperationID: o.ID, Tool: o.Tool, IdempotencyKey: o.IdempotencyKey, Args: o.Args,
+		Header: map[string][]string{wire.HeaderTraceparent: {tp.Child().String()}}})
+	cancel()
+	switch {
+	case err != nil:
+		s.m.Reconciled(o.Tool, "error")
+		if int(d.Delivered) >= s.cfg.MaxLookups {
+			return s.escalate(ctx, o, cmd.EventID, tp, "lookups keep failing: "+err.Error(), log)
+		}
+		log.Warn().Err(err).Msg("lookup failed; will look again")
+		return err
+	case lr.Found && lr.Outcome == op.OutcomeAcknowledged:
+		s.m.Reconciled(o.Tool, "pending")
+		if int(d.Delivered) >= s.cfg.MaxLookups {
+			return s.escalate(ctx, o, cmd.EventID, tp, "the vendor still reports the effect as pending", log)
+		}
+		return errLookAgain
+	case lr.Found:
+		s.m.Reconciled(o.Tool, "found")
+		return s.resolve(ctx, tool, o, op.EventSucceed, lr.ExternalObjectID, cmd.EventID, tp, "found at vendor", log)
+	case time.Since(o.UpdatedAt) < s.cfg.SettleDelay:
+		return errLookAgain
+	default:
+		s.m.Reconciled(o.Tool, "not_found")
+		return s.resolve(ctx, tool, o, op.EventFailRetryable, "", cmd.EventID, tp, "vendor has no record: never applied", log)
+	}
+}
+
+func (s *Service) resolve(ctx context.Context, tool *registry.Tool, o *op.Operation, ev op.Event, extID, eventID string,
+	tp telemetry.Traceparent, why string, log zerolog.Logger) error {
+	var cur *op.Operation
+	err := s.store.InTx(ctx, func(tx *store.Tx) error {
+		c := store.Change{OperationID: o.ID, From: o.State, LeaseEpoch: o.LeaseEpoch, Event: ev, ExternalObjectID: extID,
+			Actor: s.cfg.Name, Detail: map[string]string{"verdict": why}}
+		if ev == op.EventFailRetryable {
+			c.ErrorCategory, c.Error = "not_applied", why
+		}
+		var err error
+		if cur, err = tx.Transition(ctx, c); err != nil {
+			return err
+		}
+		var msgs []store.Message
+		if cur, msgs, err = dispatch.FollowUp(ctx, tx, tool, cur, eventID, tp, 0, s.cfg.Name); err != nil {
+			return err
+		}
+		return tx.Enqueue(ctx, append(msgs, outbox.Result(wire.ResultFor(cur, eventID, op.DecisionNew), tp))...)
+	})
+	var stale *op.StaleError
+	if errors.As(err, &stale) {
+		s.m.Suppressed(wire.KindUnknown, o.Tool)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	s.m.Transition(o.Tool, string(cur.State))
+	log.Info().Str("state_transition", string(o.State)+"->"+string(cur.State)).Str("verdict", why).
+		Str("external_object_id", extID).Dur("reconciliation_lag", time.Since(o.UpdatedAt)).Msg("reconciled")
+	return nil
+}
+
+func (s *Service) escalate(ctx context.Context, o *op.Operation, eventID string, tp telemetry.Traceparent, why string, log zerolog.Logger) error {
+	s.m.Reconciled(o.Tool, "escalated")
+	var cur *op.Operation
+	err := s.store.InTx(ctx, func(tx *store.Tx) error {
+		var err error
+		cur, err = tx.Transition(ctx, store.Change{OperationID: o.ID, From: o.State, LeaseEpoch: o.LeaseEpoch,
+			Event: op.EventEscalate, Actor: s.cfg.Name, ErrorCategory: "escalated", Error: why})
+		if err != nil {
+			return err
+		}
+		return tx.Enqueue(ctx, outbox.Result(wire.ResultFor(cur, eventID, op.DecisionNew), tp))
+	})
+	var stale *op.StaleError
+	if errors.As(err, &stale) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	log.Warn().Str("state_transition", string(o.State)+"->"+string(cur.State)).Str("reason", why).Msg("escalated")
+	return nil
+}
+
+// Sweep marks operations stuck in dispatched past their tool's timeout plus
+// grace, or in acknowledged past AcknowledgedTimeout, as unknown_outcome —
+// taking a new lease epoch so a late dispatcher's write is refused — and
+// sends them to reconciliation. It returns how many it moved.
+func (s *Service) Sweep(ctx context.Context, now time.Time) (int, error) {
+	moved := 0
+	for _, state := range []op.State{op.StateDispatched, op.StateAcknowledged} {
+		cutoff := now.Add(-s.cfg.DispatchedGrace)
+		if state == op.StateAcknowledged {
+			cutoff = now.Add(-s.cfg.AcknowledgedTimeout)
+		}
+		stuck, err := s.store.OperationsStuck(ctx, state, cutoff, 100)
+		if err != nil {
+			return moved, err
+		}
+		for _, o := range stuck {
+			if tool, err := s.reg.Tool(o.Tool); err == nil && state == op.StateDispatched && now.Sub(o.UpdatedAt) < tool.Timeout+s.cfg.DispatchedGrace {
+				continue
+			}
+			tp := telemetry.FromTraceID(o.TraceID)
+			err := s.store.InTx(ctx, func(tx *store.Tx) error {
+				cur, err := tx.Transition(ctx, store.Change{OperationID: o.ID, From: state, LeaseEpoch: o.LeaseEpoch,
+					Event: op.EventOutcomeUnknown, BumpEpoch: true, Actor: s.cfg.Name + "/sweeper",
+					ErrorCategory: "stuck", Error: fmt.Sprintf("no outcome recorded %s after the last change", now.Sub(o.UpdatedAt).Round(time.Millisecond))})
+				if err != nil {
+					return err
+				}
+				return tx.Enqueue(ctx, outbox.Command(wire.KindUnknown, cur, "", tp, time.Time{}),
+					outbox.Result(wire.ResultFor(cur, "", op.DecisionNew), tp))
+			})
+			var stale *op.StaleError
+			if errors.As(err, &stale) {
+				continue // it moved on by itself
+			} else if err != nil {
+				return moved, err
+			}
+			moved++
+			s.log.Warn().Str("operation_id", o.ID).Str("tool", o.Tool).Str("idempotency_key", o.IdempotencyKey).
+				Str("state_transition", string(state)+"->"+string(op.StateUnknownOutcome)).Msg("swept stuck operation")
+		}
+	}
+	return moved, nil
+}
