@@ -1,0 +1,197 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/opledger/opledger/pkg/bus"
+	"github.com/opledger/opledger/pkg/compensate"
+	"github.com/opledger/opledger/pkg/dispatch"
+	"github.com/opledger/opledger/pkg/ingest"
+	"github.com/opledger/opledger/pkg/outbox"
+	"github.com/opledger/opledger/pkg/reconcile"
+	"github.com/opledger/opledger/pkg/registry"
+	"github.com/opledger/opledger/pkg/store"
+	"github.com/opledger/opledger/pkg/telemetry"
+)
+
+// Service names, as used on command lines and in Run.
+const (
+	PlannerIngest = "planner-ingest"
+	Dispatcher    = "dispatcher"
+	Reconciler    = "reconciler"
+	Compensator   = "compensator"
+)
+
+// AllServices is every service, in start order.
+var AllServices = []string{PlannerIngest, Dispatcher, Reconciler, Compensator}
+
+// ServicesConfig says which services to run in this process.
+type ServicesConfig struct {
+	DatabaseURL string
+	NATSURL     string
+	Registry    *registry.Registry
+	// Run lists the services to start (AllServices when empty).
+	Run []string
+	// Instance prefixes instance names in attempt rows and logs (default the host name).
+	Instance string
+	// Dispatchers is the number of dispatcher instances in this process
+	// (default 1); each has its own NATS connection, as separate processes would.
+	Dispatchers int
+	// DispatchWorkers is the concurrent vendor calls per dispatcher (default 32).
+	DispatchWorkers int
+	// IngestWorkers is the concurrent intents per planner-ingest (default 16).
+	IngestWorkers int
+	// Relays is the number of outbox relays in this process (default 1).
+	Relays int
+	// DBMaxConns caps the Postgres pool (default 32).
+	DBMaxConns int32
+	Reconcile  reconcile.Config
+	HTTPClient *http.Client
+	Metrics    *telemetry.Metrics
+	Log        zerolog.Logger
+}
+
+// Services are running services.
+type Services struct {
+	Store  *store.Store
+	buses  []*bus.Bus
+	stops  []func()
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// StartServices connects and starts the configured services and relays.
+func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err error) {
+	if cfg.Registry == nil {
+		return nil, fmt.Errorf("services: a registry is required")
+	}
+	run := cfg.Run
+	if len(run) == 0 {
+		run = AllServices
+	}
+	for _, name := range run {
+		if !slices.Contains(AllServices, name) {
+			return nil, fmt.Errorf("services: unknown service %q (have %v)", name, AllServices)
+		}
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = hostname()
+	}
+	if cfg.Dispatchers <= 0 {
+		cfg.Dispatchers = 1
+	}
+	if cfg.Relays <= 0 {
+		cfg.Relays = 1
+	}
+	if cfg.DBMaxConns <= 0 {
+		cfg.DBMaxConns = 32
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
+	}
+	adapters, err := cfg.Registry.Adapters(cfg.HTTPClient)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: cfg.DBMaxConns})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Services{Store: st, cancel: cancel}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+	connect := func(name string) (*bus.Bus, error) {
+		b, err := bus.Connect(ctx, cfg.NATSURL, name, cfg.Log)
+		if err == nil {
+			s.buses = append(s.buses, b)
+		}
+		return b, err
+	}
+	start := func(f func(context.Context) (func(), error)) error {
+		stop, err := f(ctx)
+		if err == nil {
+			s.stops = append(s.stops, stop)
+		}
+		return err
+	}
+	for _, name := range run {
+		switch name {
+		case PlannerIngest:
+			b, err := connect(cfg.Instance + "/" + name)
+			if err != nil {
+				return nil, err
+			}
+			if err := start(ingest.New(ingest.Config{Workers: cfg.IngestWorkers}, st, b, cfg.Registry, cfg.Metrics, cfg.Log).Start); err != nil {
+				return nil, err
+			}
+		case Dispatcher:
+			for i := range cfg.Dispatchers {
+				iname := fmt.Sprintf("%s/dispatcher-%d", cfg.Instance, i+1)
+				b, err := connect(iname)
+				if err != nil {
+					return nil, err
+				}
+				d := dispatch.New(dispatch.Config{Name: iname, Workers: cfg.DispatchWorkers}, st, b, cfg.Registry, adapters, cfg.Metrics, cfg.Log)
+				if err := start(d.Start); err != nil {
+					return nil, err
+				}
+			}
+		case Reconciler:
+			b, err := connect(cfg.Instance + "/" + name)
+			if err != nil {
+				return nil, err
+			}
+			rc := cfg.Reconcile
+			rc.Name = cfg.Instance + "/reconciler"
+			if err := start(reconcile.New(rc, st, b, cfg.Registry, adapters, cfg.Metrics, cfg.Log).Start); err != nil {
+				return nil, err
+			}
+		case Compensator:
+			b, err := connect(cfg.Instance + "/" + name)
+			if err != nil {
+				return nil, err
+			}
+			if err := start(compensate.New(compensate.Config{}, st, b, cfg.Registry, cfg.Metrics, cfg.Log).Start); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i := range cfg.Relays {
+		rname := fmt.Sprintf("%s/relay-%d", cfg.Instance, i+1)
+		b, err := connect(rname)
+		if err != nil {
+			return nil, err
+		}
+		r := outbox.New(outbox.Config{ID: rname}, st, b, cfg.Log)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			_ = r.Run(ctx)
+		}()
+	}
+	return s, nil
+}
+
+// Stop stops every service, waits for work in flight, and closes connections.
+func (s *Services) Stop() {
+	s.cancel()
+	for i := len(s.stops) - 1; i >= 0; i-- {
+		s.stops[i]()
+	}
+	s.wg.Wait()
+	for _, b := range s.buses {
+		b.Close()
+	}
+	s.Store.Close()
+}
