@@ -74,3 +74,15 @@ func (r reads) Attempts(ctx context.Context, operationID string) ([]*op.Attempt,
 	}
 	return out, nil
 }
+
+// BeginAttemptTx runs Tx.BeginAttempt in its own transaction.
+func (s *Store) BeginAttemptTx(ctx context.Context, operationID string, epoch int64, worker string) (*op.Operation, *op.Attempt, error) {
+	var o *op.Operation
+	var a *op.Attempt
+	err := s.InTx(ctx, func(tx *Tx) error {
+		var err error
+		o, a, err = tx.BeginAttempt(ctx, operationID, epoch, worker)
+		return err
+	})
+	return o, a, err
+}

@@ -52,6 +52,8 @@ func (t *Tx) Enqueue(ctx context.Context, msgs ...Message) error {
 		if !m.AvailableAt.IsZero() {
 			at := m.AvailableAt.UTC()
 			p.AvailableAt = &at
+		} else {
+			p.AvailableAt = t.now()
 		}
 		if err := t.q.OutboxInsert(ctx, p); err != nil {
 			return fmt.Errorf("outbox %s: %w", m.MsgID, translate(err))
