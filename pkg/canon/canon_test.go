@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/pkg/canon"
+	"github.com/opledger/opledger/pkg/op"
 )
 
 // paymentSchema exercises every schema-driven rule.
@@ -91,6 +92,7 @@ func fieldError(t *testing.T, err error, path string) *canon.FieldError {
 	t.Helper()
 	require.Error(t, err)
 	require.ErrorIs(t, err, canon.ErrInvalidArgs)
+	require.ErrorIs(t, err, op.ErrInvalid)
 	var fe *canon.FieldError
 	require.True(t, errors.As(err, &fe), "%T: %v", err, err)
 	require.Equal(t, path, fe.Path, fe.Error())
@@ -438,6 +440,7 @@ func TestCompileSchemaRejects(t *testing.T) {
 	} {
 		_, err := canon.CompileSchema("tool", []byte(raw))
 		require.ErrorIs(t, err, canon.ErrInvalidSchema, name)
+		require.ErrorIs(t, err, op.ErrInvalid, name)
 		require.NotErrorIs(t, err, canon.ErrInvalidArgs, name)
 	}
 	_, err := canon.CompileSchema("", []byte(`{}`))

@@ -35,7 +35,7 @@
 //
 // Strings: every string value is put in Unicode NFC and stripped of leading
 // and trailing white space (Unicode White_Space, as strings.TrimSpace). Object
-// keys are put in NFC but never trimmed. NFC is NFC: it also decomposes the
+// keys are put in NFC but never trimmed. Note that NFC also decomposes the
 // few composition exclusions (U+FB33 becomes U+05D3 U+05BC).
 //
 // Enums: a string that equals exactly one of its subschema's "enum" strings
@@ -73,7 +73,7 @@
 //
 // Canonical JSON (RFC 8785 style): no insignificant white space; object
 // members sorted by the UTF-16 code units of their keys; strings escape only
-// '"', '\\' and control characters, using \b \f \n \r \t where they exist
+// '"', '\' and control characters, using \b \f \n \r \t where they exist
 // and \u00xx (lowercase hex) otherwise; no HTML escaping of < > &.
 //
 // Canonicalization is idempotent: canonicalizing canonical output returns it
@@ -110,6 +110,9 @@
 // string value longer than 32 bytes, nor the value of a field that failed a
 // "pattern" or "format" check, since arguments may hold secrets or card
 // numbers. errors.Is(err, ErrInvalidArgs) is true for every *FieldError.
+// ErrInvalidArgs, ErrInvalidSchema and ErrInvalidTemplate all match
+// op.ErrInvalid as well, so an edge that classifies by the domain's sentinels
+// needs no special case.
 //
 // # Keys
 //

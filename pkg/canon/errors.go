@@ -1,25 +1,35 @@
 package canon
 
 import (
-	"errors"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/opledger/opledger/pkg/op"
 )
 
-// Sentinel errors. Callers test with errors.Is.
+// Sentinel errors. Callers test with errors.Is. Each also matches
+// op.ErrInvalid, the domain's class for rejected input.
 var (
 	// ErrInvalidArgs: a JSON document or a tool call's arguments were rejected:
 	// malformed or non-strict JSON, a schema violation, a value that cannot be
 	// canonicalized, or a field an idempotency key needs is missing. Returned
 	// as *FieldError.
-	ErrInvalidArgs = errors.New("invalid arguments")
+	ErrInvalidArgs error = &sentinel{"invalid arguments"}
 	// ErrInvalidSchema: CompileSchema rejected a schema.
-	ErrInvalidSchema = errors.New("invalid schema")
+	ErrInvalidSchema error = &sentinel{"invalid schema"}
 	// ErrInvalidTemplate: ParseTemplate rejected a key template, or Render was
 	// called with a version below 1.
-	ErrInvalidTemplate = errors.New("invalid key template")
+	ErrInvalidTemplate error = &sentinel{"invalid key template"}
 )
+
+// sentinel is a package error that is also an op.ErrInvalid.
+type sentinel struct{ msg string }
+
+func (e *sentinel) Error() string { return e.msg }
+
+// Unwrap makes errors.Is(err, op.ErrInvalid) true.
+func (e *sentinel) Unwrap() error { return op.ErrInvalid }
 
 // FieldError says which argument was rejected and why. Its message is safe to
 // log and to show to the model: it never contains a string value longer than

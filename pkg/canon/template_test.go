@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/pkg/canon"
+	"github.com/opledger/opledger/pkg/op"
 )
 
 // args canonicalizes raw without a schema.
@@ -54,6 +55,8 @@ func TestParseTemplate(t *testing.T) {
 	} {
 		_, err := canon.ParseTemplate(tmpl)
 		require.ErrorIs(t, err, canon.ErrInvalidTemplate, tmpl)
+		require.ErrorIs(t, err, op.ErrInvalid, tmpl)
+		require.NotErrorIs(t, err, canon.ErrInvalidArgs, tmpl)
 		require.ErrorContains(t, err, reason, tmpl)
 	}
 }
