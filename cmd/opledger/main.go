@@ -21,6 +21,7 @@ commands:
             (embedded or NATS_URL), the local vendors and all four services
   demo      run the 2:13 a.m. incident on embedded defaults and check the vendors
   migrate   apply the schema migrations to DATABASE_URL
+  vendors   serve the local stand-in vendors (payments, email, tickets, crm, accounts)
   bench     measure intent→completed_success throughput and the latency opledger adds
 
 Run "opledger <command> -h" for the flags of a command.
@@ -41,6 +42,8 @@ func main() {
 		err = app.RunDemo(ctx, os.Args[2:], os.Stdout)
 	case "migrate":
 		err = app.RunMigrate(ctx, os.Args[2:], os.Stdout)
+	case "vendors":
+		err = app.RunVendors(ctx, os.Args[2:], os.Stdout)
 	case "bench":
 		err = app.RunBench(ctx, os.Args[2:], os.Stdout)
 	case "-h", "--help", "help":

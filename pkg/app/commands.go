@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/opledger/opledger/pkg/vendors"
 )
 
 // newLogger returns the process logger: JSON lines to stderr at level.
@@ -157,5 +159,23 @@ func RunService(ctx context.Context, name string, args []string) error {
 	<-ctx.Done()
 	s.Stop()
 	log.Info().Str("service", name).Msg("stopped")
+	return nil
+}
+
+// RunVendors is "opledger vendors": the local stand-in vendors on their own.
+func RunVendors(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("vendors", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8090", "listen address")
+	latency := fs.Duration("latency", 0, "delay every vendor request")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	v, err := vendors.Start(vendors.Options{Addr: *addr, Latency: *latency})
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	fmt.Fprintf(out, "local vendors at %s (stats: %s/_admin/stats)\n", v.URL(), v.URL())
+	<-ctx.Done()
 	return nil
 }
