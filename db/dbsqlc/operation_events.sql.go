@@ -10,56 +10,75 @@ import (
 	"time"
 )
 
-const operationEventAppend = `-- name: OperationEventAppend :one
-INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
-VALUES (
-    $1,
-    (SELECT coalesce(max(seq), 0) + 1 FROM operation_events WHERE operation_id = $1),
-    $2, $3, $4, $5, $6, $7, $8,
-    coalesce($9::timestamptz, now())
+const operationCreated = `-- name: OperationCreated :exec
+WITH events AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, actor, detail, at)
+    SELECT $6, e.seq, e.event, e.from_state, e.to_state, 0, $7, e.detail,
+           coalesce($8::timestamptz, now())
+    FROM (SELECT unnest($9::int[]) AS seq, unnest($10::text[]) AS event,
+                 unnest($11::text[]) AS from_state, unnest($12::text[]) AS to_state,
+                 unnest($13::jsonb[]) AS detail) AS e
+), outbox_rows AS (
+    INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
+    SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
+           coalesce(nullif(m.available_at, '0001-01-01 00:00:00+00'), $8::timestamptz, now())
+    FROM (SELECT unnest($14::text[]) AS subject, unnest($15::text[]) AS msg_id,
+                 unnest($16::jsonb[]) AS headers, unnest($17::bytea[]) AS payload,
+                 unnest($18::text[]) AS operation_id,
+                 unnest($19::timestamptz[]) AS available_at) AS m
 )
-RETURNING id, operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at
+UPDATE inbox SET decision = $1, reason = $2, operation_id = $3
+WHERE source = $4 AND event_id = $5
 `
 
-type OperationEventAppendParams struct {
-	OperationID string
-	Event       string
-	FromState   string
-	ToState     string
-	LeaseEpoch  int64
-	AttemptID   string
-	Actor       string
-	Detail      []byte
-	Now         *time.Time
+type OperationCreatedParams struct {
+	Decision         string
+	Reason           string
+	InboxOperationID *string
+	Source           string
+	EventID          string
+	OperationID      string
+	Actor            string
+	Now              *time.Time
+	Seqs             []int32
+	Events           []string
+	FromStates       []string
+	ToStates         []string
+	Details          [][]byte
+	Subjects         []string
+	MsgIds           []string
+	Headers          [][]byte
+	Payloads         [][]byte
+	OperationIds     []string
+	AvailableAts     []time.Time
 }
 
-func (q *Queries) OperationEventAppend(ctx context.Context, arg OperationEventAppendParams) (OperationEvent, error) {
-	row := q.db.QueryRow(ctx, operationEventAppend,
+// Everything a new operation needs besides its row, in one statement: its
+// first events (create, and the initial transition when there is one), its
+// outbox rows, and the inbox decision.
+func (q *Queries) OperationCreated(ctx context.Context, arg OperationCreatedParams) error {
+	_, err := q.db.Exec(ctx, operationCreated,
+		arg.Decision,
+		arg.Reason,
+		arg.InboxOperationID,
+		arg.Source,
+		arg.EventID,
 		arg.OperationID,
-		arg.Event,
-		arg.FromState,
-		arg.ToState,
-		arg.LeaseEpoch,
-		arg.AttemptID,
 		arg.Actor,
-		arg.Detail,
 		arg.Now,
+		arg.Seqs,
+		arg.Events,
+		arg.FromStates,
+		arg.ToStates,
+		arg.Details,
+		arg.Subjects,
+		arg.MsgIds,
+		arg.Headers,
+		arg.Payloads,
+		arg.OperationIds,
+		arg.AvailableAts,
 	)
-	var i OperationEvent
-	err := row.Scan(
-		&i.ID,
-		&i.OperationID,
-		&i.Seq,
-		&i.Event,
-		&i.FromState,
-		&i.ToState,
-		&i.LeaseEpoch,
-		&i.AttemptID,
-		&i.Actor,
-		&i.Detail,
-		&i.At,
-	)
-	return i, err
+	return err
 }
 
 const operationEventList = `-- name: OperationEventList :many

@@ -307,17 +307,27 @@ func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string
 }
 
 const operationTransition = `-- name: OperationTransition :one
-UPDATE operations SET
-    state               = $1,
-    lease_epoch         = lease_epoch + CASE WHEN $2::boolean THEN 1 ELSE 0 END,
-    attempt_count       = attempt_count + CASE WHEN $3::boolean THEN 1 ELSE 0 END,
-    external_request_id = coalesce(nullif($4::text, ''), external_request_id),
-    external_object_id  = coalesce(nullif($5::text, ''), external_object_id),
-    last_error_category = CASE WHEN $6::boolean THEN $7::text ELSE last_error_category END,
-    last_error          = CASE WHEN $6::boolean THEN $8::text ELSE last_error END,
-    updated_at          = coalesce($9::timestamptz, now())
-WHERE id = $10 AND state = $11 AND lease_epoch = $12
-RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at
+WITH changed AS (
+    UPDATE operations SET
+        state               = $1,
+        lease_epoch         = lease_epoch + CASE WHEN $2::boolean THEN 1 ELSE 0 END,
+        attempt_count       = attempt_count + CASE WHEN $3::boolean THEN 1 ELSE 0 END,
+        external_request_id = coalesce(nullif($4::text, ''), external_request_id),
+        external_object_id  = coalesce(nullif($5::text, ''), external_object_id),
+        last_error_category = CASE WHEN $6::boolean THEN $7::text ELSE last_error_category END,
+        last_error          = CASE WHEN $6::boolean THEN $8::text ELSE last_error END,
+        updated_at          = coalesce($9::timestamptz, now())
+    WHERE operations.id = $10 AND operations.state = $11 AND operations.lease_epoch = $12
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at
+), appended AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
+    SELECT changed.id,
+           (SELECT coalesce(max(oe.seq), 0) + 1 FROM operation_events oe WHERE oe.operation_id = changed.id),
+           $13, $11, changed.state, changed.lease_epoch, $14, $15, $16::jsonb,
+           changed.updated_at
+    FROM changed
+)
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at FROM changed
 `
 
 type OperationTransitionParams struct {
@@ -333,11 +343,42 @@ type OperationTransitionParams struct {
 	ID                string
 	FromState         string
 	LeaseEpoch        int64
+	Event             string
+	AttemptID         string
+	Actor             string
+	Detail            []byte
+}
+
+type OperationTransitionRow struct {
+	ID                     string
+	WorkflowID             string
+	RunID                  string
+	Tool                   string
+	ToolVersion            int32
+	Intent                 string
+	EntityType             string
+	EntityID               string
+	ArgsCanonical          string
+	ArgsHash               string
+	SideEffectClass        string
+	IdempotencyKey         string
+	State                  string
+	AttemptCount           int32
+	LeaseEpoch             int64
+	ExternalRequestID      string
+	ExternalObjectID       string
+	CompensatesOperationID *string
+	TraceID                string
+	LastErrorCategory      string
+	LastError              string
+	CreatedAt              time.Time
+	UpdatedAt              time.Time
 }
 
 // Conditional on the state and lease epoch the writer expects: a late or
-// duplicate writer updates no row and learns why from OperationGet.
-func (q *Queries) OperationTransition(ctx context.Context, arg OperationTransitionParams) (Operation, error) {
+// duplicate writer updates no row (and appends no event) and learns why from
+// OperationGet. The event row is appended in the same statement.
+func (q *Queries) OperationTransition(ctx context.Context, arg OperationTransitionParams) (OperationTransitionRow, error) {
 	row := q.db.QueryRow(ctx, operationTransition,
 		arg.ToState,
 		arg.BumpEpoch,
@@ -351,8 +392,12 @@ func (q *Queries) OperationTransition(ctx context.Context, arg OperationTransiti
 		arg.ID,
 		arg.FromState,
 		arg.LeaseEpoch,
+		arg.Event,
+		arg.AttemptID,
+		arg.Actor,
+		arg.Detail,
 	)
-	var i Operation
+	var i OperationTransitionRow
 	err := row.Scan(
 		&i.ID,
 		&i.WorkflowID,

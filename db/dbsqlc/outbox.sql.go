@@ -92,29 +92,36 @@ func (q *Queries) OutboxCountUnsent(ctx context.Context) (int64, error) {
 	return column_1, err
 }
 
-const outboxInsert = `-- name: OutboxInsert :exec
+const outboxInsertMany = `-- name: OutboxInsertMany :exec
 INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
-VALUES ($1, $2, $3, $4, $5,
-        coalesce($6::timestamptz, now()))
+SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
+       coalesce(nullif(m.available_at, '0001-01-01 00:00:00+00'), $1::timestamptz, now())
+FROM (SELECT unnest($2::text[]) AS subject, unnest($3::text[]) AS msg_id,
+             unnest($4::jsonb[]) AS headers, unnest($5::bytea[]) AS payload,
+             unnest($6::text[]) AS operation_id,
+             unnest($7::timestamptz[]) AS available_at) AS m
 `
 
-type OutboxInsertParams struct {
-	Subject     string
-	MsgID       string
-	Headers     []byte
-	Payload     []byte
-	OperationID *string
-	AvailableAt *time.Time
+type OutboxInsertManyParams struct {
+	Now          *time.Time
+	Subjects     []string
+	MsgIds       []string
+	Headers      [][]byte
+	Payloads     [][]byte
+	OperationIds []string
+	AvailableAts []time.Time
 }
 
-func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) error {
-	_, err := q.db.Exec(ctx, outboxInsert,
-		arg.Subject,
-		arg.MsgID,
+// available_ats of 0001-01-01 (Go's zero time) mean now.
+func (q *Queries) OutboxInsertMany(ctx context.Context, arg OutboxInsertManyParams) error {
+	_, err := q.db.Exec(ctx, outboxInsertMany,
+		arg.Now,
+		arg.Subjects,
+		arg.MsgIds,
 		arg.Headers,
-		arg.Payload,
-		arg.OperationID,
-		arg.AvailableAt,
+		arg.Payloads,
+		arg.OperationIds,
+		arg.AvailableAts,
 	)
 	return err
 }

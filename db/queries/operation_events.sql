@@ -1,12 +1,25 @@
--- name: OperationEventAppend :one
-INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
-VALUES (
-    @operation_id,
-    (SELECT coalesce(max(seq), 0) + 1 FROM operation_events WHERE operation_id = @operation_id),
-    @event, @from_state, @to_state, @lease_epoch, @attempt_id, @actor, @detail,
-    coalesce(sqlc.narg('now')::timestamptz, now())
+-- name: OperationCreated :exec
+-- Everything a new operation needs besides its row, in one statement: its
+-- first events (create, and the initial transition when there is one), its
+-- outbox rows, and the inbox decision.
+WITH events AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, actor, detail, at)
+    SELECT @operation_id, e.seq, e.event, e.from_state, e.to_state, 0, @actor, e.detail,
+           coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM (SELECT unnest(@seqs::int[]) AS seq, unnest(@events::text[]) AS event,
+                 unnest(@from_states::text[]) AS from_state, unnest(@to_states::text[]) AS to_state,
+                 unnest(@details::jsonb[]) AS detail) AS e
+), outbox_rows AS (
+    INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
+    SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
+           coalesce(nullif(m.available_at, '0001-01-01 00:00:00+00'), sqlc.narg('now')::timestamptz, now())
+    FROM (SELECT unnest(@subjects::text[]) AS subject, unnest(@msg_ids::text[]) AS msg_id,
+                 unnest(@headers::jsonb[]) AS headers, unnest(@payloads::bytea[]) AS payload,
+                 unnest(@operation_ids::text[]) AS operation_id,
+                 unnest(@available_ats::timestamptz[]) AS available_at) AS m
 )
-RETURNING *;
+UPDATE inbox SET decision = @decision, reason = @reason, operation_id = sqlc.narg('inbox_operation_id')
+WHERE source = @source AND event_id = @event_id;
 
 -- name: OperationEventList :many
 SELECT * FROM operation_events WHERE operation_id = @operation_id ORDER BY seq;

@@ -33,18 +33,29 @@ LIMIT @max_rows;
 
 -- name: OperationTransition :one
 -- Conditional on the state and lease epoch the writer expects: a late or
--- duplicate writer updates no row and learns why from OperationGet.
-UPDATE operations SET
-    state               = @to_state,
-    lease_epoch         = lease_epoch + CASE WHEN @bump_epoch::boolean THEN 1 ELSE 0 END,
-    attempt_count       = attempt_count + CASE WHEN @new_attempt::boolean THEN 1 ELSE 0 END,
-    external_request_id = coalesce(nullif(@external_request_id::text, ''), external_request_id),
-    external_object_id  = coalesce(nullif(@external_object_id::text, ''), external_object_id),
-    last_error_category = CASE WHEN @set_error::boolean THEN @error_category::text ELSE last_error_category END,
-    last_error          = CASE WHEN @set_error::boolean THEN @error::text ELSE last_error END,
-    updated_at          = coalesce(sqlc.narg('now')::timestamptz, now())
-WHERE id = @id AND state = @from_state AND lease_epoch = @lease_epoch
-RETURNING *;
+-- duplicate writer updates no row (and appends no event) and learns why from
+-- OperationGet. The event row is appended in the same statement.
+WITH changed AS (
+    UPDATE operations SET
+        state               = @to_state,
+        lease_epoch         = lease_epoch + CASE WHEN @bump_epoch::boolean THEN 1 ELSE 0 END,
+        attempt_count       = attempt_count + CASE WHEN @new_attempt::boolean THEN 1 ELSE 0 END,
+        external_request_id = coalesce(nullif(@external_request_id::text, ''), external_request_id),
+        external_object_id  = coalesce(nullif(@external_object_id::text, ''), external_object_id),
+        last_error_category = CASE WHEN @set_error::boolean THEN @error_category::text ELSE last_error_category END,
+        last_error          = CASE WHEN @set_error::boolean THEN @error::text ELSE last_error END,
+        updated_at          = coalesce(sqlc.narg('now')::timestamptz, now())
+    WHERE operations.id = @id AND operations.state = @from_state AND operations.lease_epoch = @lease_epoch
+    RETURNING *
+), appended AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
+    SELECT changed.id,
+           (SELECT coalesce(max(oe.seq), 0) + 1 FROM operation_events oe WHERE oe.operation_id = changed.id),
+           @event, @from_state, changed.state, changed.lease_epoch, @attempt_id, @actor, sqlc.narg('detail')::jsonb,
+           changed.updated_at
+    FROM changed
+)
+SELECT * FROM changed;
 
 -- name: OperationCountByState :many
 SELECT state, count(*)::bigint AS n FROM operations GROUP BY state ORDER BY state;

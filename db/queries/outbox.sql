@@ -1,7 +1,12 @@
--- name: OutboxInsert :exec
+-- name: OutboxInsertMany :exec
+-- available_ats of 0001-01-01 (Go's zero time) mean now.
 INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
-VALUES (@subject, @msg_id, @headers, @payload, sqlc.narg('operation_id'),
-        coalesce(sqlc.narg('available_at')::timestamptz, now()));
+SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
+       coalesce(nullif(m.available_at, '0001-01-01 00:00:00+00'), sqlc.narg('now')::timestamptz, now())
+FROM (SELECT unnest(@subjects::text[]) AS subject, unnest(@msg_ids::text[]) AS msg_id,
+             unnest(@headers::jsonb[]) AS headers, unnest(@payloads::bytea[]) AS payload,
+             unnest(@operation_ids::text[]) AS operation_id,
+             unnest(@available_ats::timestamptz[]) AS available_at) AS m;
 
 -- name: OutboxClaimBatch :many
 -- Claims unsent rows that are due and not claimed by a live relay. SKIP LOCKED

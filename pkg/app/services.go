@@ -100,12 +100,19 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: cfg.DBMaxConns})
+	var waker *outbox.Waker
+	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: cfg.DBMaxConns, OnOutbox: func() { waker.Kick() }})
 	if err != nil {
 		return nil, err
 	}
+	waker = outbox.NewWaker(st, 0)
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Services{Store: st, cancel: cancel}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		waker.Run(ctx)
+	}()
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -173,7 +180,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		if err != nil {
 			return nil, err
 		}
-		r := outbox.New(outbox.Config{ID: rname}, st, b, cfg.Log)
+		r := outbox.New(outbox.Config{ID: rname, Wake: waker.Subscribe()}, st, b, cfg.Log)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

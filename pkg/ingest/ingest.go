@@ -88,11 +88,7 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 	sub, tool, reject := s.plan(subject, msgID, body, tp)
 
 	var ans Answer
-	err := s.store.InTx(ctx, func(tx *store.Tx) error {
-		res, err := tx.Submit(ctx, sub)
-		if err != nil {
-			return err
-		}
+	sub.Answer = func(res *store.SubmitResult) []store.Message {
 		ans.Decision = res.Decision
 		switch {
 		case res.Operation == nil || res.Decision == op.DecisionConflict:
@@ -107,9 +103,9 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 		default:
 			ans.Result = wire.ResultFor(res.Operation, sub.EventID, res.Decision)
 		}
-		return tx.Enqueue(ctx, outbox.Result(ans.Result, tp))
-	})
-	if err != nil {
+		return []store.Message{outbox.Result(ans.Result, tp)}
+	}
+	if _, err := s.store.Submit(ctx, sub); err != nil {
 		return nil, fmt.Errorf("ingest %s: %w", clip(sub.EventID), err)
 	}
 	s.m.Intent(tool, string(ans.Decision), time.Since(start))

@@ -2,8 +2,9 @@
 //
 // A relay claims unsent rows in batches (FOR UPDATE SKIP LOCKED, as a lease),
 // publishes each with Nats-Msg-Id = the row's msg id, waits for the PubAcks and
-// marks the acknowledged rows sent. NOTIFY on commit wakes it; polling is the
-// fallback. Any number of relays may run against one database: they claim
+// marks the acknowledged rows sent. A Waker wakes it when rows commit in its
+// own process, a NOTIFY (sent by other processes' Wakers) when they commit
+// elsewhere; polling is the fallback. Any number of relays may run against one database: they claim
 // disjoint rows. A crash between PubAck and mark-sent only causes a
 // re-publish after the lease ends, which JetStream's duplicate window or the
 // consumers' ledger checks absorb.
@@ -33,6 +34,8 @@ type Config struct {
 	PollInterval time.Duration
 	// RetryDelay is how long a row waits after a failed publish (default 1s).
 	RetryDelay time.Duration
+	// Wake, when set, signals rows committed in this process (Waker.Subscribe).
+	Wake <-chan struct{}
 }
 
 func (c *Config) setDefaults() {
@@ -85,6 +88,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-wake:
+		case <-r.cfg.Wake:
 		case <-tick.C:
 		}
 	}

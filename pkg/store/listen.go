@@ -6,8 +6,20 @@ import (
 	"time"
 )
 
-// OutboxChannel is the NOTIFY channel the outbox trigger signals on commit.
+// OutboxChannel is the NOTIFY channel that tells relays new outbox rows committed.
 const OutboxChannel = "opledger_outbox"
+
+// NotifyOutbox sends a notification on OutboxChannel in its own tiny
+// transaction. Writers call it after their commits (debounced, see
+// pkg/outbox.Waker) rather than inside them: a NOTIFY inside a transaction
+// holds PostgreSQL's notification queue lock through that transaction's commit
+// and serialises every writer.
+func (s *Store) NotifyOutbox(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, '')", OutboxChannel); err != nil {
+		return fmt.Errorf("notify outbox: %w", translate(err))
+	}
+	return nil
+}
 
 // ListenOutbox holds one connection LISTENing on OutboxChannel and sends a
 // non-blocking signal on wake for every notification, until ctx ends. It

@@ -80,6 +80,10 @@ func (t *Tx) Transition(ctx context.Context, c Change) (*op.Operation, error) {
 		return nil, fmt.Errorf("operation %s: %w", c.OperationID, err)
 	}
 	clearErr := to == op.StateCompletedSuccess || to == op.StateCompletedNoop
+	detail, err := encodeDetail(c.Detail)
+	if err != nil {
+		return nil, fmt.Errorf("operation %s: %w", c.OperationID, err)
+	}
 	row, err := t.q.OperationTransition(ctx, dbsqlc.OperationTransitionParams{
 		ID:                c.OperationID,
 		FromState:         string(c.From),
@@ -93,6 +97,10 @@ func (t *Tx) Transition(ctx context.Context, c Change) (*op.Operation, error) {
 		ErrorCategory:     c.ErrorCategory,
 		Error:             c.Error,
 		Now:               t.now(),
+		Event:             string(c.Event),
+		AttemptID:         c.AttemptID,
+		Actor:             c.Actor,
+		Detail:            detail,
 	})
 	if err != nil {
 		err = translate(err)
@@ -109,29 +117,19 @@ func (t *Tx) Transition(ctx context.Context, c Change) (*op.Operation, error) {
 			GotState: op.State(cur.State), GotEpoch: cur.LeaseEpoch,
 		}
 	}
-	o := toOperation(row)
-	if err := t.appendEvent(ctx, o.ID, c.Event, c.From, to, o.LeaseEpoch, c.AttemptID, c.Actor, c.Detail); err != nil {
-		return nil, err
-	}
-	return o, nil
+	return toOperation(dbsqlc.Operation(row)), nil
 }
 
-func (t *Tx) appendEvent(ctx context.Context, opID string, ev op.Event, from, to op.State, epoch int64, attemptID, actor string, detail any) error {
-	var raw []byte
-	if detail != nil {
-		var err error
-		if raw, err = json.Marshal(detail); err != nil {
-			return fmt.Errorf("operation %s: encode event detail: %w", opID, err)
-		}
+// encodeDetail renders an event's detail as JSON; nil stays NULL.
+func encodeDetail(detail any) ([]byte, error) {
+	if detail == nil {
+		return nil, nil
 	}
-	_, err := t.q.OperationEventAppend(ctx, dbsqlc.OperationEventAppendParams{
-		OperationID: opID, Event: string(ev), FromState: string(from), ToState: string(to),
-		LeaseEpoch: epoch, AttemptID: attemptID, Actor: actor, Detail: raw, Now: t.now(),
-	})
+	raw, err := json.Marshal(detail)
 	if err != nil {
-		return fmt.Errorf("operation %s: append event %s: %w", opID, ev, translate(err))
+		return nil, fmt.Errorf("encode event detail: %w", err)
 	}
-	return nil
+	return raw, nil
 }
 
 // Operation returns the operation with id. Errors: op.ErrNotFound.

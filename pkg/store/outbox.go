@@ -32,32 +32,52 @@ type Claimed struct {
 	PublishCount int
 }
 
-// Enqueue writes messages to the outbox in this transaction.
+// Enqueue writes messages to the outbox in this transaction, in one statement.
 func (t *Tx) Enqueue(ctx context.Context, msgs ...Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	var rows outboxRows
+	if err := rows.add(msgs); err != nil {
+		return err
+	}
+	err := t.q.OutboxInsertMany(ctx, dbsqlc.OutboxInsertManyParams{
+		Subjects: rows.subjects, MsgIds: rows.msgIDs, Headers: rows.headers, Payloads: rows.payloads,
+		OperationIds: rows.operationIDs, AvailableAts: rows.availableAts, Now: t.now(),
+	})
+	if err != nil {
+		return fmt.Errorf("outbox: insert %d messages: %w", len(msgs), translate(err))
+	}
+	t.wroteOutbox = true
+	return nil
+}
+
+// outboxRows is messages as the column arrays the insert statements unnest.
+type outboxRows struct {
+	subjects, msgIDs, operationIDs []string
+	headers, payloads              [][]byte
+	// availableAts of the zero time mean "now" to the statements.
+	availableAts []time.Time
+}
+
+func (r *outboxRows) add(msgs []Message) error {
 	for _, m := range msgs {
 		if m.Subject == "" || m.MsgID == "" {
 			return fmt.Errorf("outbox: subject and msg id are required: %w", op.ErrInvalid)
 		}
-		hdr, err := json.Marshal(m.Header)
-		if err != nil {
-			return fmt.Errorf("outbox %s: encode headers: %w", m.MsgID, err)
+		hdr := []byte("{}")
+		if m.Header != nil {
+			var err error
+			if hdr, err = json.Marshal(m.Header); err != nil {
+				return fmt.Errorf("outbox %s: encode headers: %w", m.MsgID, err)
+			}
 		}
-		if m.Header == nil {
-			hdr = []byte("{}")
-		}
-		p := dbsqlc.OutboxInsertParams{Subject: m.Subject, MsgID: m.MsgID, Headers: hdr, Payload: m.Payload}
-		if m.OperationID != "" {
-			p.OperationID = &m.OperationID
-		}
-		if !m.AvailableAt.IsZero() {
-			at := m.AvailableAt.UTC()
-			p.AvailableAt = &at
-		} else {
-			p.AvailableAt = t.now()
-		}
-		if err := t.q.OutboxInsert(ctx, p); err != nil {
-			return fmt.Errorf("outbox %s: %w", m.MsgID, translate(err))
-		}
+		r.subjects = append(r.subjects, m.Subject)
+		r.msgIDs = append(r.msgIDs, m.MsgID)
+		r.headers = append(r.headers, hdr)
+		r.payloads = append(r.payloads, m.Payload)
+		r.operationIDs = append(r.operationIDs, m.OperationID)
+		r.availableAts = append(r.availableAts, m.AvailableAt.UTC())
 	}
 	return nil
 }

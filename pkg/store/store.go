@@ -27,6 +27,8 @@ type Store struct {
 	pool *pgxpool.Pool
 	// clock, when set, replaces the database's now() in every write (tests).
 	clock func() time.Time
+	// onOutbox is called after a transaction that wrote outbox rows commits.
+	onOutbox func()
 }
 
 // reads holds the lookups that work the same on the pool and in a transaction.
@@ -40,6 +42,9 @@ type Options struct {
 	MaxConns int32
 	// Clock replaces the database's now() in writes; nil uses the database clock.
 	Clock func() time.Time
+	// OnOutbox, when set, is called after every commit of a transaction that
+	// wrote outbox rows (to wake relays; see pkg/outbox.Waker). It must not block.
+	OnOutbox func()
 }
 
 // Open connects to Postgres at connString. It does not apply migrations.
@@ -59,7 +64,7 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 		pool.Close()
 		return nil, fmt.Errorf("store: ping: %w", err)
 	}
-	return &Store{reads: reads{q: dbsqlc.New(pool)}, pool: pool, clock: opts.Clock}, nil
+	return &Store{reads: reads{q: dbsqlc.New(pool)}, pool: pool, clock: opts.Clock, onOutbox: opts.OnOutbox}, nil
 }
 
 // Close releases every connection.
@@ -74,6 +79,8 @@ type Tx struct {
 	reads
 	tx    pgx.Tx
 	clock func() time.Time
+	// wroteOutbox records that the transaction added outbox rows.
+	wroteOutbox bool
 }
 
 // maxTxTries bounds retries of a transaction that failed with a deadlock or
@@ -102,11 +109,15 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(*Tx) error) error {
 		return translate(fmt.Errorf("begin: %w", err))
 	}
 	defer ptx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if err := fn(&Tx{reads: reads{q: dbsqlc.New(ptx)}, tx: ptx, clock: s.clock}); err != nil {
+	tx := &Tx{reads: reads{q: dbsqlc.New(ptx)}, tx: ptx, clock: s.clock}
+	if err := fn(tx); err != nil {
 		return translate(err)
 	}
 	if err := ptx.Commit(ctx); err != nil {
 		return translate(fmt.Errorf("commit: %w", err))
+	}
+	if tx.wroteOutbox && s.onOutbox != nil {
+		s.onOutbox()
 	}
 	return nil
 }

@@ -33,6 +33,10 @@ type Submission struct {
 	// Outbox holds the messages to write with a new operation (the dispatch
 	// command), in the same transaction. Not written for duplicates.
 	Outbox []Message
+	// Answer, when set, is called once the decision is known; the messages
+	// it returns (the answer to the sender) are written in the same
+	// transaction, whatever the decision.
+	Answer func(*SubmitResult) []Message
 	Actor  string
 }
 
@@ -77,13 +81,18 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 		WorkflowID: s.WorkflowID, Decision: string(decision), Reason: reason, Now: t.now(),
 	})
 	if err = translate(err); err != nil {
-		if isNotFound(err) {
-			return t.duplicateEvent(ctx, s, payloadHash)
+		if !isNotFound(err) {
+			return nil, fmt.Errorf("submit %s/%s: inbox: %w", s.Source, s.EventID, err)
 		}
-		return nil, fmt.Errorf("submit %s/%s: inbox: %w", s.Source, s.EventID, err)
+		res, err := t.duplicateEvent(ctx, s, payloadHash)
+		if err != nil {
+			return nil, err
+		}
+		return res, t.answer(ctx, s, res)
 	}
 	if decision == op.DecisionRejected {
-		return &SubmitResult{Decision: op.DecisionRejected, Reason: reason}, nil
+		res := &SubmitResult{Decision: op.DecisionRejected, Reason: reason}
+		return res, t.answer(ctx, s, res)
 	}
 
 	o := s.Operation
@@ -115,26 +124,60 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 			res.Decision = op.DecisionConflict
 			res.Reason = fmt.Sprintf("idempotency key already used by operation %s with different arguments", got.ID)
 		}
-	} else {
-		if err := t.appendEvent(ctx, got.ID, op.EventCreate, "", op.StatePlanned, 0, "", s.Actor,
-			map[string]string{"source": s.Source, "event_id": s.EventID}); err != nil {
+	}
+	// One statement writes the rest: a new operation's first events and
+	// outbox rows, the caller's answer, and the inbox decision.
+	p := dbsqlc.OperationCreatedParams{
+		Decision: string(res.Decision), Reason: res.Reason, InboxOperationID: &got.ID,
+		Source: s.Source, EventID: s.EventID, OperationID: got.ID, Actor: s.Actor, Now: t.now(),
+		Seqs: []int32{}, Events: []string{}, FromStates: []string{}, ToStates: []string{}, Details: [][]byte{},
+	}
+	var rows outboxRows
+	if res.Decision == op.DecisionNew {
+		created, err := encodeDetail(map[string]string{"source": s.Source, "event_id": s.EventID})
+		if err != nil {
 			return nil, err
 		}
+		p.Seqs, p.Events, p.FromStates, p.ToStates, p.Details = []int32{1}, []string{string(op.EventCreate)},
+			[]string{""}, []string{string(op.StatePlanned)}, [][]byte{created}
 		if state != op.StatePlanned {
-			if err := t.appendEvent(ctx, got.ID, s.Initial, op.StatePlanned, state, 0, "", s.Actor, nil); err != nil {
-				return nil, err
-			}
+			p.Seqs, p.Events = append(p.Seqs, 2), append(p.Events, string(s.Initial))
+			p.FromStates, p.ToStates = append(p.FromStates, string(op.StatePlanned)), append(p.ToStates, string(state))
+			p.Details = append(p.Details, nil)
 		}
-		if err := t.Enqueue(ctx, s.Outbox...); err != nil {
+		if err := rows.add(s.Outbox); err != nil {
 			return nil, err
 		}
 	}
-	if err := t.q.InboxSetDecision(ctx, dbsqlc.InboxSetDecisionParams{
-		Source: s.Source, EventID: s.EventID, Decision: string(res.Decision), Reason: res.Reason, OperationID: &got.ID,
-	}); err != nil {
-		return nil, fmt.Errorf("submit %s/%s: inbox decision: %w", s.Source, s.EventID, translate(err))
+	if s.Answer != nil {
+		if err := rows.add(s.Answer(res)); err != nil {
+			return nil, err
+		}
 	}
+	p.Subjects, p.MsgIds, p.Headers, p.Payloads, p.OperationIds, p.AvailableAts =
+		nonNil(rows.subjects), nonNil(rows.msgIDs), nonNil(rows.headers), nonNil(rows.payloads), nonNil(rows.operationIDs), nonNil(rows.availableAts)
+	if err := t.q.OperationCreated(ctx, p); err != nil {
+		return nil, fmt.Errorf("submit %s/%s: record decision: %w", s.Source, s.EventID, translate(err))
+	}
+	t.wroteOutbox = t.wroteOutbox || len(rows.msgIDs) > 0
 	return res, nil
+}
+
+// answer writes the submission's answer for res, if it has one.
+func (t *Tx) answer(ctx context.Context, s Submission, res *SubmitResult) error {
+	if s.Answer == nil {
+		return nil
+	}
+	return t.Enqueue(ctx, s.Answer(res)...)
+}
+
+// nonNil turns a nil slice into an empty one: the statements unnest arrays,
+// and a NULL array would unnest to nothing only by accident.
+func nonNil[T any](xs []T) []T {
+	if xs == nil {
+		return []T{}
+	}
+	return xs
 }
 
 func (t *Tx) duplicateEvent(ctx context.Context, s Submission, payloadHash string) (*SubmitResult, error) {
