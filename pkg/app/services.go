@@ -132,6 +132,14 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		}
 		return err
 	}
+	// Services may start before anything created the streams (a fresh NATS).
+	setup, err := connect(cfg.Instance + "/setup")
+	if err != nil {
+		return nil, err
+	}
+	if err := setup.EnsureStreams(ctx, bus.StreamOptions{}); err != nil {
+		return nil, err
+	}
 	for _, name := range run {
 		switch name {
 		case PlannerIngest:

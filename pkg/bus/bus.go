@@ -68,7 +68,8 @@ type StreamOptions struct {
 	Memory bool
 }
 
-// EnsureStreams creates or updates INTENTS, OPS and RESULTS.
+// EnsureStreams creates INTENTS, OPS and RESULTS where they do not exist yet.
+// Existing streams are left as the operator configured them.
 func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 	if o.Replicas == 0 {
 		o.Replicas = 1
@@ -95,7 +96,12 @@ func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 		sc.Replicas = o.Replicas
 		sc.Duplicates = o.DuplicateWindow
 		sc.Retention = jetstream.LimitsPolicy
-		if _, err := b.js.CreateOrUpdateStream(ctx, sc); err != nil {
+		if _, err := b.js.Stream(ctx, sc.Name); err == nil {
+			continue
+		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
+		}
+		if _, err := b.js.CreateStream(ctx, sc); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -90,8 +91,12 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 	var ans Answer
 	sub.Answer = func(res *store.SubmitResult) []store.Message {
 		ans.Decision = res.Decision
+		// A resent event whose first answer was a rejection or a conflict is
+		// answered the same way again, never with another operation's status.
+		firstRefused := res.Decision == op.DecisionDuplicateEvent &&
+			(res.FirstDecision == op.DecisionRejected || res.FirstDecision == op.DecisionConflict)
 		switch {
-		case res.Operation == nil || res.Decision == op.DecisionConflict:
+		case res.Operation == nil || res.Decision == op.DecisionConflict || firstRefused:
 			reason := res.Reason
 			if reason == "" {
 				reason = reject
@@ -102,6 +107,9 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 			}
 		default:
 			ans.Result = wire.ResultFor(res.Operation, sub.EventID, res.Decision)
+			// The answer goes to the asking workflow, even when another
+			// workflow created the operation.
+			ans.Result.WorkflowID = sub.WorkflowID
 		}
 		return []store.Message{outbox.Result(ans.Result, tp)}
 	}
@@ -135,7 +143,7 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 			sub.EventID = "sha256:" + hex.EncodeToString(sum[:])
 		}
 		sub.WorkflowID = strings.TrimPrefix(subject, wire.IntentSubjectPrefix)
-		sub.RejectReason = err.Error()
+		sub.RejectReason = reason(err)
 		return sub, "", sub.RejectReason
 	}
 	sub.EventID, sub.WorkflowID, tool = in.EventID, in.WorkflowID, in.Tool
@@ -146,7 +154,7 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 	}
 	p, err := t.Prepare(registry.Proposal{WorkflowID: in.WorkflowID, RunID: in.RunID, Intent: in.Intent, TraceID: tp.TraceID, Args: in.Args})
 	if err != nil {
-		sub.RejectReason = strings.TrimSuffix(err.Error(), ": "+op.ErrInvalid.Error())
+		sub.RejectReason = reason(err)
 		return sub, tool, sub.RejectReason
 	}
 	sub.Operation, sub.Initial = p.Operation, p.Initial
@@ -157,9 +165,19 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 	return sub, tool, ""
 }
 
+// reason is an error's text for a rejection, without the sentinel's suffix.
+func reason(err error) string {
+	return strings.TrimSuffix(err.Error(), ": "+op.ErrInvalid.Error())
+}
+
+// clip shortens untrusted text for a message, on a rune boundary.
 func clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
+	if len(s) <= 64 {
+		return s
 	}
-	return s
+	cut := 64
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

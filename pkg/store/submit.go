@@ -237,3 +237,16 @@ func (r reads) DecisionCounts(ctx context.Context) (map[op.Decision]int64, error
 	}
 	return out, nil
 }
+
+// OriginEventID returns the id of the inbound event that created the
+// operation, or "" when it was not created from the inbox.
+func (r reads) OriginEventID(ctx context.Context, operationID string) (string, error) {
+	id, err := r.q.InboxOriginEvent(ctx, &operationID)
+	if err = translate(err); err != nil {
+		if isNotFound(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("origin event of operation %s: %w", operationID, err)
+	}
+	return id, nil
+}

@@ -137,10 +137,14 @@ func validID(s string) bool {
 
 // clip shortens untrusted text before it goes into an error message.
 func clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
+	if len(s) <= 64 {
+		return s
 	}
-	return s
+	cut := 64
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 func shortJSONError(err error) string {

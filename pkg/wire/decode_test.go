@@ -1,0 +1,198 @@
+package wire_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/pkg/op"
+	"github.com/opledger/opledger/pkg/wire"
+)
+
+// intentDoc is a valid intent for workflow wf_1 as a JSON object to modify.
+func intentDoc(t *testing.T, edits ...func(map[string]any)) []byte {
+	t.Helper()
+	m := map[string]any{
+		"spec": wire.SpecIntent, "event_id": "conv_1:call_1", "workflow_id": "wf_1", "tool": "capture_payment",
+		"args": map[string]any{"order_id": "order_123", "customer_id": "cust_456", "amount_cents": 4900, "currency": "USD"},
+	}
+	for _, e := range edits {
+		e(m)
+	}
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	return b
+}
+
+func set(field string, v any) func(map[string]any) { return func(m map[string]any) { m[field] = v } }
+func del(field string) func(map[string]any)        { return func(m map[string]any) { delete(m, field) } }
+
+const subj = "opledger.intents.wf_1"
+
+func TestDecodeIntentValid(t *testing.T) {
+	t.Parallel()
+
+	full := []byte(`{
+		"spec": "opledger.intent.v1",
+		"event_id": "conv_1:call_1",
+		"workflow_id": "wf_1",
+		"run_id": "run_7",
+		"tool": "capture_payment",
+		"intent": "collect_payment_for_order",
+		"args": {"order_id": "order_123", "customer_id": "cust_456", "amount_cents": 4900, "currency": "USD"},
+		"actor": {"type": "agent", "id": "support-bot"},
+		"correlation": {"conversation_id": "conv_1"}
+	}` + "\n")
+	in, err := wire.DecodeIntent(subj, "conv_1:call_1", full)
+	require.NoError(t, err)
+	require.Equal(t, wire.SpecIntent, in.Spec)
+	require.Equal(t, "conv_1:call_1", in.EventID)
+	require.Equal(t, "wf_1", in.WorkflowID)
+	require.Equal(t, "run_7", in.RunID)
+	require.Equal(t, "capture_payment", in.Tool)
+	require.Equal(t, "collect_payment_for_order", in.Intent)
+	require.JSONEq(t, `{"order_id":"order_123","customer_id":"cust_456","amount_cents":4900,"currency":"USD"}`, string(in.Args))
+	require.Equal(t, &wire.Actor{Type: "agent", ID: "support-bot"}, in.Actor)
+	require.Equal(t, map[string]string{"conversation_id": "conv_1"}, in.Correlation)
+
+	for _, tc := range []struct {
+		name, subject, msgID string
+		body                 []byte
+	}{
+		{"minimal", subj, "conv_1:call_1", intentDoc(t)},
+		{"no subject or header to check against", "", "", intentDoc(t)},
+		{"empty object args", subj, "conv_1:call_1", intentDoc(t, set("args", map[string]any{}))},
+		{"ids of exactly MaxIDLen bytes", wire.IntentSubject(strings.Repeat("w", wire.MaxIDLen)), strings.Repeat("e", wire.MaxIDLen),
+			intentDoc(t, set("event_id", strings.Repeat("e", wire.MaxIDLen)), set("workflow_id", strings.Repeat("w", wire.MaxIDLen)),
+				set("run_id", strings.Repeat("r", wire.MaxIDLen)))},
+		{"non-ASCII and punctuation in ids", wire.IntentSubject("wf-é/1#x"), "conv é:call/1", intentDoc(t,
+			set("event_id", "conv é:call/1"), set("workflow_id", "wf-é/1#x"))},
+		{"body of exactly MaxIntentLen bytes", subj, "conv_1:call_1", padTo(t, wire.MaxIntentLen)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in, err := wire.DecodeIntent(tc.subject, tc.msgID, tc.body)
+			require.NoError(t, err)
+			require.NotNil(t, in)
+		})
+	}
+}
+
+// padTo returns a valid intent of exactly n bytes, grown through its
+// free-text intent field.
+func padTo(t *testing.T, n int) []byte {
+	t.Helper()
+	short := intentDoc(t, set("intent", ""))
+	padded := intentDoc(t, set("intent", strings.Repeat("p", n-len(short))))
+	require.Len(t, padded, n)
+	return padded
+}
+
+// Long inputs in the table are runs of one of these letters; an error message
+// may quote at most 64 characters of any input.
+var longRuns = []string{"w", "e", "s", "x", "k", "r", "q"}
+
+func TestDecodeIntentRejects(t *testing.T) {
+	t.Parallel()
+	long := func(r string) string { return strings.Repeat(r, 500) }
+
+	for _, tc := range []struct {
+		name    string
+		subject string
+		msgID   string
+		body    []byte
+		want    string // a phrase the message must contain
+	}{
+		{"empty body", subj, "", nil, "not valid JSON"},
+		{"not JSON", subj, "", []byte("capture the payment"), "not valid JSON"},
+		{"truncated JSON", subj, "", intentDoc(t)[:40], "not valid JSON"},
+		{"JSON array", subj, "", []byte(`[` + string(intentDoc(t)) + `]`), "not valid JSON"},
+		{"JSON string", subj, "", []byte(`"` + long("x") + `"`), "not valid JSON"},
+		{"raw control character in a string", subj, "", []byte(`{"spec":"opledger.intent.v1","event_id":"a` + "\x01" + `"}`), "not valid JSON"},
+		{"wrong type for event_id", subj, "", intentDoc(t, set("event_id", 42)), "not valid JSON"},
+		{"wrong type for correlation value", subj, "", intentDoc(t, set("correlation", map[string]any{long("k"): 1})), "not valid JSON"},
+
+		{"second JSON value", subj, "", append(intentDoc(t), intentDoc(t)...), "data after the JSON object"},
+		{"trailing garbage", subj, "", append(intentDoc(t), []byte(" "+long("x"))...), "data after the JSON object"},
+
+		{"unknown field", subj, "", intentDoc(t, set("idempotency_key", "k")), "unknown field"},
+		{"long unknown field", subj, "", intentDoc(t, set(long("k"), 1)), "unknown field"},
+		{"unknown actor field", subj, "", intentDoc(t, set("actor", map[string]any{"type": "agent", "id": "a", "name": "x"})), "unknown field"},
+
+		{"missing spec", subj, "", intentDoc(t, del("spec")), "spec must be"},
+		{"wrong spec", subj, "", intentDoc(t, set("spec", "opledger.intent.v2")), "spec must be"},
+		{"long spec", subj, "", intentDoc(t, set("spec", long("s"))), "spec must be"},
+
+		{"missing event_id", subj, "", intentDoc(t, del("event_id")), "event_id"},
+		{"empty event_id", subj, "", intentDoc(t, set("event_id", "")), "event_id"},
+		{"event_id one byte too long", subj, "", intentDoc(t, set("event_id", strings.Repeat("e", wire.MaxIDLen+1))), "event_id"},
+		{"event_id of 500 chars", subj, long("e"), intentDoc(t, set("event_id", long("e"))), "event_id"},
+		{"event_id too long in bytes", subj, "", intentDoc(t, set("event_id", strings.Repeat("é", 101))), "event_id"},
+		{"event_id with NUL", subj, "", intentDoc(t, set("event_id", "conv_1\x00call_1")), "event_id"},
+		{"event_id with newline", subj, "", intentDoc(t, set("event_id", "conv_1\ncall_1")), "event_id"},
+		{"event_id with tab", subj, "", intentDoc(t, set("event_id", "conv_1\tcall_1")), "event_id"},
+		{"event_id with unit separator", subj, "", intentDoc(t, set("event_id", "conv_1\x1f")), "event_id"},
+		{"event_id with DEL", subj, "", intentDoc(t, set("event_id", "conv_1\x7f")), "event_id"},
+
+		{"missing workflow_id", subj, "", intentDoc(t, del("workflow_id")), "workflow_id"},
+		{"workflow_id with dot", "", "", intentDoc(t, set("workflow_id", "wf.1")), "workflow_id"},
+		{"workflow_id with star", "", "", intentDoc(t, set("workflow_id", "wf*")), "workflow_id"},
+		{"workflow_id with gt", "", "", intentDoc(t, set("workflow_id", ">")), "workflow_id"},
+		{"workflow_id with space", "", "", intentDoc(t, set("workflow_id", "wf 1")), "workflow_id"},
+		{"workflow_id with control char", "", "", intentDoc(t, set("workflow_id", "wf\x02")), "workflow_id"},
+		{"workflow_id of 500 chars", wire.IntentSubject(long("w")), "", intentDoc(t, set("workflow_id", long("w"))), "workflow_id"},
+
+		{"run_id with control char", subj, "", intentDoc(t, set("run_id", "run\x03")), "run_id"},
+		{"run_id of 500 chars", subj, "", intentDoc(t, set("run_id", long("r"))), "run_id"},
+
+		{"missing tool", subj, "", intentDoc(t, del("tool")), "tool is required"},
+		{"empty tool", subj, "", intentDoc(t, set("tool", "")), "tool is required"},
+
+		{"missing args", subj, "", intentDoc(t, del("args")), "args must be a JSON object"},
+		{"null args", subj, "", intentDoc(t, set("args", nil)), "args must be a JSON object"},
+		{"array args", subj, "", intentDoc(t, set("args", []any{1, 2})), "args must be a JSON object"},
+		{"string args", subj, "", intentDoc(t, set("args", `{"order_id":"order_123"}`)), "args must be a JSON object"},
+		{"number args", subj, "", intentDoc(t, set("args", 4900)), "args must be a JSON object"},
+		{"boolean args", subj, "", intentDoc(t, set("args", true)), "args must be a JSON object"},
+
+		{"subject of another workflow", "opledger.intents.wf_2", "", intentDoc(t), "published on"},
+		{"subject with extra token", "opledger.intents.wf_1.x", "", intentDoc(t), "published on"},
+		{"subject outside the prefix", "opledger.results.wf_1", "", intentDoc(t), "published on"},
+		{"long subject and long workflow", "opledger.intents." + long("q"),
+			"", intentDoc(t, set("workflow_id", strings.Repeat("w", wire.MaxIDLen))), "published on"},
+
+		{"header differs from event_id", subj, "conv_1:call_2", intentDoc(t), "Nats-Msg-Id"},
+		{"header long and different", subj, long("x"), intentDoc(t), "Nats-Msg-Id"},
+		{"header differs only in case", subj, "CONV_1:CALL_1", intentDoc(t), "Nats-Msg-Id"},
+
+		{"body one byte over the limit", subj, "", padTo(t, wire.MaxIntentLen+1), "over the"},
+		{"body far over the limit", subj, "", []byte(strings.Repeat("x", 3*wire.MaxIntentLen)), "over the"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in, err := wire.DecodeIntent(tc.subject, tc.msgID, tc.body)
+			require.Error(t, err)
+			require.Nil(t, in)
+			require.True(t, errors.Is(err, op.ErrInvalid), "error %q does not wrap op.ErrInvalid", err)
+			msg := err.Error()
+			require.Contains(t, msg, tc.want)
+			// The message goes into a result's reason: short, one line, and
+			// never a whole long input.
+			require.LessOrEqual(t, len(msg), 256, "message too long: %q", msg)
+			require.NotContains(t, msg, "\n")
+			for _, r := range longRuns {
+				require.NotContains(t, msg, strings.Repeat(r, 65), "message quotes more than 64 characters of input: %q", msg)
+			}
+		})
+	}
+}
+
+func TestSubjects(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "opledger.intents.wf_1", wire.IntentSubject("wf_1"))
+	require.Equal(t, "opledger.results.wf_1", wire.ResultSubject("wf_1"))
+	require.Equal(t, "opledger.ops.unknown.send_email", wire.OpsSubject(wire.KindUnknown, "send_email"))
+	require.Equal(t, "Nats-Msg-Id", wire.HeaderMsgID)
+	require.Equal(t, "traceparent", wire.HeaderTraceparent)
+}
