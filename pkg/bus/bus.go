@@ -223,11 +223,17 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 	if cfg.MaxAckPending <= 0 {
 		cfg.MaxAckPending = 1024
 	}
-	cons, err := b.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
-		Durable: cfg.Durable, FilterSubjects: cfg.Filters, AckPolicy: jetstream.AckExplicitPolicy,
+	cc := jetstream.ConsumerConfig{
+		Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver, MaxAckPending: cfg.MaxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
+	}
+	if len(cfg.Filters) == 1 {
+		cc.FilterSubject = cfg.Filters[0] // servers before 2.10 know only the single filter
+	} else {
+		cc.FilterSubjects = cfg.Filters
+	}
+	cons, err := b.js.CreateOrUpdateConsumer(ctx, cfg.Stream, cc)
 	if err != nil {
 		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cfg.Durable, cfg.Stream, err)
 	}
@@ -243,7 +249,7 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 			}
 		}()
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
+	consumeCtx, err := cons.Consume(func(m jetstream.Msg) {
 		select {
 		case work <- m:
 		case <-ctx.Done():
@@ -262,8 +268,8 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
-			cc.Stop()
-			<-cc.Closed()
+			consumeCtx.Stop()
+			<-consumeCtx.Closed()
 			cancel()
 			close(work)
 			wg.Wait()
