@@ -118,7 +118,7 @@ func TestDatabaseIsDroppedAfterTest(t *testing.T) {
 		defer open.Close(context.Background()) //nolint:errcheck // already terminated by the drop
 	}
 	if name == "" {
-		t.Fatal("subtest did not get a database")
+		t.Skip("the subtest got no database (its failure or skip says why)")
 	}
 	// A second database on the same server shows whether the first is gone.
 	conn := connect(t, testdb.New(t))

@@ -73,16 +73,23 @@ const (
 // Options configure Start. The zero value is a throwaway test cluster.
 type Options struct {
 	// Dir is the cluster directory (data + socket + logs). "" creates a new
-	// temporary directory under os.TempDir(), removed by Stop. A Dir that
+	// temporary directory, removed by Stop: under os.TempDir(), except that
+	// a non-Durable cluster goes to /dev/shm when TMPDIR is unset and
+	// /dev/shm is a tmpfs with at least 1 GiB free (creating databases on a
+	// fresh disk directory can be ten times slower). A Dir that
 	// already holds an initialised cluster is reused (dev-mode restarts keep
-	// their data) and is never removed.
+	// their data) and is never removed. Missing parents are created 0755.
+	// When running as root, Dir and Dir/sock are chowned to the postgres
+	// user, and every parent of Dir must be enterable by it (t.TempDir() is
+	// not: it is 0700 root).
 	Dir string
 	// Port only names the socket file (.s.PGSQL.<port>); no TCP listener is
 	// opened. 0 means DefaultPort.
 	Port int
 	// Durable keeps PostgreSQL's durability defaults (dev mode, benchmarks
-	// of real durability). false (tests) sets fsync, synchronous_commit and
-	// full_page_writes off: fast, but a machine crash can corrupt the data.
+	// of real durability), and initdb syncs its files. false (tests) sets
+	// fsync, synchronous_commit and full_page_writes off and runs initdb
+	// --no-sync: fast, but a machine crash can corrupt the data.
 	Durable bool
 	// Logf, if set, receives progress lines (initdb, start, stop, timings).
 	Logf func(format string, args ...any)
@@ -177,8 +184,14 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}()
 
 	if opts.Dir == "" {
-		sweepStale(os.TempDir(), logf)
-		if c.dir, err = os.MkdirTemp("", tempPrefix); err != nil {
+		parent := os.TempDir()
+		if _, set := os.LookupEnv("TMPDIR"); !set && !opts.Durable {
+			if d := memTempDir(); d != "" {
+				parent = d
+			}
+		}
+		sweepStale(parent, logf)
+		if c.dir, err = os.MkdirTemp(parent, tempPrefix); err != nil {
 			return nil, fmt.Errorf("pglocal: create temp dir: %w", err)
 		}
 		c.removeDir = true
@@ -220,11 +233,17 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if !initialised {
-		if err = c.initdb(ctx, bin, acct); err != nil {
+		if err = c.initdb(ctx, bin, acct, opts.Durable); err != nil {
 			return nil, err
 		}
 	} else {
 		logf("pglocal: reusing cluster in %s", c.dataDir)
+		if _, statErr := os.Stat(filepath.Join(c.dataDir, "postmaster.pid")); statErr == nil {
+			// Not shut down cleanly: let a crashed server's processes exit.
+			if err = waitForOldServer(c.dataDir, 10*time.Second, logf); err != nil {
+				return nil, err
+			}
+		}
 		for _, f := range []string{
 			filepath.Join(c.dataDir, "postmaster.pid"),
 			filepath.Join(c.sockDir, ".s.PGSQL."+strconv.Itoa(c.port)+".lock"),
@@ -259,7 +278,7 @@ func hasCluster(dataDir string) (bool, error) {
 	return false, nil
 }
 
-func (c *Cluster) initdb(ctx context.Context, bin string, acct account) error {
+func (c *Cluster) initdb(ctx context.Context, bin string, acct account, durable bool) error {
 	began := time.Now()
 	logPath := filepath.Join(c.dir, "initdb.log")
 	out, err := os.Create(logPath)
@@ -267,14 +286,17 @@ func (c *Cluster) initdb(ctx context.Context, bin string, acct account) error {
 		return fmt.Errorf("pglocal: create initdb log: %w", err)
 	}
 	defer out.Close()
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "initdb"),
+	args := []string{
 		"-D", c.dataDir,
-		"-A", "trust",
+		"-A", "trust", // local socket only (listen_addresses=''), mode 0700
 		"-U", superuser,
 		"-E", "UTF8",
 		"--locale=C",
-		"--no-sync",
-	)
+	}
+	if !durable {
+		args = append(args, "--no-sync")
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), args...)
 	cmd.Dir = c.dir
 	cmd.Env = childEnv(acct)
 	cmd.Stdout, cmd.Stderr = out, out

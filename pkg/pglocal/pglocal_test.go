@@ -83,6 +83,11 @@ func TestStartStop(t *testing.T) {
 	require.Equal(t, superuser, show(t, conn, "session_authorization"))
 
 	require.Equal(t, filepath.Join(c.Dir(), "sock"), c.SocketDir())
+	wantParent := os.TempDir()
+	if _, set := os.LookupEnv("TMPDIR"); !set && memTempDir() != "" {
+		wantParent = memTempDir()
+	}
+	require.Equal(t, wantParent, filepath.Dir(c.Dir()), "temp cluster dir location")
 	require.FileExists(t, filepath.Join(c.SocketDir(), ".s.PGSQL."+strconv.Itoa(DefaultPort)))
 	require.FileExists(t, c.LogPath())
 	if os.Geteuid() == 0 {
@@ -220,6 +225,16 @@ func TestInvalidOptions(t *testing.T) {
 			require.ErrorIs(t, err, ErrInvalidOption)
 		})
 	}
+	t.Run("parent the server user cannot enter", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("only root switches to the postgres user")
+		}
+		_, err := Start(t.Context(), Options{Dir: filepath.Join(t.TempDir(), "cluster")}) // t.TempDir is 0700 root
+		if errors.Is(err, ErrBinariesNotFound) {
+			t.Skip(err)
+		}
+		require.ErrorContains(t, err, "cannot enter")
+	})
 	t.Run("data dir as Dir", func(t *testing.T) {
 		dir := reachableTempDir(t)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "PG_VERSION"), []byte("15\n"), 0o600))

@@ -8,3 +8,6 @@ import "syscall"
 // parent-death signal, sharing Ctrl-C with us is what stops it if we are
 // interrupted before Stop.
 func serverProcAttr(*syscall.SysProcAttr) {}
+
+// memTempDir: no conventional memory-backed temp dir here.
+func memTempDir() string { return "" }

@@ -12,3 +12,21 @@ func serverProcAttr(attr *syscall.SysProcAttr) {
 	attr.Setpgid = true
 	attr.Pdeathsig = syscall.SIGINT
 }
+
+// memTempDir returns /dev/shm if it is a tmpfs with room for test clusters,
+// else "".
+func memTempDir() string {
+	const (
+		dir       = "/dev/shm"
+		tmpfsType = 0x01021994 // TMPFS_MAGIC
+		minFree   = 1 << 30
+	)
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil || st.Type != tmpfsType {
+		return ""
+	}
+	if st.Bavail*uint64(st.Bsize) < minFree {
+		return ""
+	}
+	return dir
+}

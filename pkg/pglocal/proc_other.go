@@ -18,5 +18,6 @@ func (account) sysProcAttr(bool) *syscall.SysProcAttr { return nil }
 func lockDir(string) (func() error, error)            { return nil, ErrUnsupported }
 func tryLockExisting(string) (func() error, error)    { return nil, ErrUnsupported }
 func processAlive(int) bool                           { return false }
+func memTempDir() string                              { return "" }
 func interrupt(p *os.Process) error                   { return p.Kill() }
 func quit(p *os.Process) error                        { return p.Kill() }

@@ -78,6 +78,52 @@ func clearStaleLock(path, dataDir string, logf func(string, ...any)) error {
 	return nil
 }
 
+// waitForOldServer waits until no process runs in dataDir any more:
+// after a crash (kill -9 of the postmaster), its backends take a moment to
+// exit, and until they have, postgres refuses to start ("pre-existing
+// shared memory block is still in use"). It needs /proc; elsewhere it
+// returns at once. It returns ErrDirInUse if they outlive timeout.
+func waitForOldServer(dataDir string, timeout time.Duration, logf func(string, ...any)) error {
+	want, err := filepath.EvalSymlinks(dataDir)
+	if err != nil {
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	for waited := false; ; waited = true {
+		pids := processesIn(want)
+		if len(pids) == 0 {
+			if waited {
+				logf("pglocal: old server processes in %s have exited", dataDir)
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: processes %v of an old server still run in %s; stop them first", ErrDirInUse, pids, dataDir)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// processesIn lists the processes whose working directory is dir (postgres
+// processes chdir to their data directory), as far as /proc lets us see.
+func processesIn(dir string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && cwd == dir {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
 // lockFilePID reads the PID on the first line of a postgres lock file.
 func lockFilePID(path string) (int, bool) {
 	f, err := os.Open(path)
