@@ -235,9 +235,10 @@ func TestIngestSameActionNewEventID(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, op.StateDispatched, o.State)
 
-	// Same arguments, other key order and spacing: the same canonical action.
+	// Same arguments in another key order, spacing and currency case: the
+	// same canonical action.
 	in := capture("evt_2", "wf_1", "", "")
-	in.Args = json.RawMessage(`{ "currency":"USD", "amount_cents":4900, "order_id":"order_1", "customer_id":"cust_1" }`)
+	in.Args = json.RawMessage(`{ "currency":"usd", "amount_cents":4900, "order_id":"order_1", "customer_id":"cust_1" }`)
 	again := b.ingestIntent(t, in)
 	require.Equal(t, op.DecisionDuplicateOperation, again.Decision)
 	require.Equal(t, o.ID, again.Result.OperationID)
@@ -289,22 +290,16 @@ func TestIngestSameKeyOtherArgs(t *testing.T) {
 	require.Equal(t, op.DecisionConflict, results[0].DedupeDecision)
 }
 
-// BUG (pkg/ingest/ingest.go, Ingest's switch on the Submit result): a
-// redelivery of an intent that was refused as a conflict is answered as if it
-// were the operation holding the key. The first delivery is told "rejected:
-// idempotency key already used by operation X with different arguments";
-// the redelivery (same event id, same bytes — JetStream redelivers after a
-// lost ack) gets dedupe_decision duplicate_event with operation X's status,
-// pending_dispatch, "wait", not final: the agent now believes its capture
-// for cust_2 is in progress, and later that it completed. The store reports
-// the first decision (SubmitResult.FirstDecision = conflict, Reason kept) and
-// the known operation X, and Ingest only treats res.Decision == conflict as
-// a refusal. A redelivery must repeat the first verdict.
+// A redelivery of an intent refused as a key conflict (same event id, same
+// bytes: JetStream redelivers after a lost ack, or the agent resends) is
+// refused again. It is not answered with the status of the operation that
+// holds the key, which would tell the agent its capture for cust_2 is in
+// progress.
 //
-// This test fails until the bug is fixed. Suggested fix: in Ingest, treat
-// res.Decision == op.DecisionDuplicateEvent with res.FirstDecision ==
-// op.DecisionConflict like a conflict (wire.Rejection with res.Reason and
-// OperationID = res.Operation.ID), keeping DedupeDecision duplicate_event.
+// Breaking it: answering every duplicate_event from the known operation
+// (the store reports the key holder for it) gives pending_dispatch, "wait",
+// not final. (This was a live bug while these tests were written; fixed in
+// d2bf84e.)
 func TestIngestConflictingEventRedeliveredStaysRejected(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -341,4 +336,35 @@ func TestIngestAboveThresholdAwaitsApproval(t *testing.T) {
 	o := b.Operation(t, ans.Result.OperationID)
 	require.Equal(t, op.StateAwaitingApproval, o.State)
 	require.Empty(t, b.Commands(t, o, wire.KindDispatch))
+}
+
+// An intent in workflow wf_2 that duplicates an operation created by wf_1
+// (the key is the business action: one order captured from two
+// conversations) is answered on wf_2's results subject, where its agent
+// listens.
+//
+// Breaking it: building the answer from the stored operation alone gives it
+// workflow_id wf_1, so it is published on opledger.results.wf_1: wf_2's
+// agent never gets an answer and wf_1's receives one to an event it never
+// sent. (This was a live bug while these tests were written; fixed in
+// d2bf84e.)
+func TestIngestDuplicateOperationFromOtherWorkflowAnswersAsker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.ingestIntent(t, capture("conv_a:call_1", "wf_1", "order_1", "cust_1"))
+	require.Equal(t, op.DecisionNew, first.Decision)
+
+	ans := b.ingestIntent(t, capture("conv_b:call_1", "wf_2", "order_1", "cust_1"))
+	require.Equal(t, op.DecisionDuplicateOperation, ans.Decision)
+	require.Equal(t, first.Result.OperationID, ans.Result.OperationID)
+
+	var subjects []string
+	for _, r := range b.Outbox(t) {
+		if r.OperationID == first.Result.OperationID && strings.HasPrefix(r.Subject, wire.ResultSubjectPrefix) &&
+			r.Result(t).EventID == "conv_b:call_1" {
+			subjects = append(subjects, r.Subject)
+		}
+	}
+	require.Equal(t, []string{wire.ResultSubject("wf_2")}, subjects,
+		"the answer to wf_2's intent must be published where wf_2's agent listens")
 }

@@ -230,20 +230,47 @@ func TestRelayRepublishesAfterCrashBetweenPubAckAndMark(t *testing.T) {
 	}
 }
 
-// A row committed while a relay waits on a one-minute poll is published
-// within seconds: the outbox trigger's NOTIFY wakes the relay.
+// openStore opens a second store on the test's database, as another process
+// would, calling onOutbox after each commit that wrote outbox rows.
+func (b bundle) openStore(t *testing.T, onOutbox func()) *store.Store {
+	t.Helper()
+	st, err := store.Open(b.Ctx, b.DBURL, store.Options{MaxConns: 4, OnOutbox: onOutbox})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	return st
+}
+
+// enqueueVia commits one outbox row through st.
+func (b bundle) enqueueVia(t *testing.T, st *store.Store, id string) {
+	t.Helper()
+	require.NoError(t, st.InTx(b.Ctx, func(tx *store.Tx) error {
+		return tx.Enqueue(b.Ctx, store.Message{Subject: testSubject, MsgID: id, Payload: []byte(id)})
+	}))
+}
+
+// startAfterFirstPass commits a row before the relay starts and waits until it is
+// sent: the relay's first pass is then over, and it waits on its wake-ups or
+// its poll.
+func (b bundle) startAfterFirstPass(t *testing.T, cfg outbox.Config) {
+	t.Helper()
+	b.enqueue(t, "before", 1)
+	runRelay(t, b, cfg)
+	require.Eventually(t, b.drained, 5*time.Second, 10*time.Millisecond, "the relay's first pass publishes what is already there")
+}
+
+// A row committed by another process while a relay waits on a one-minute
+// poll is published within seconds: the writer's Waker sends a NOTIFY after
+// the commit, and the relay's LISTEN connection wakes it. The relay here has
+// no in-process wake-up (Config.Wake is nil), so only the NOTIFY can do it.
 //
-// Breaking it: without the trigger, or with a relay that does not listen or
-// ignores the wake-up, the row waits for the next poll a minute later and
-// the Eventually below fails.
-func TestNotifyWakesRelay(t *testing.T) {
+// Breaking it: a store that does not call OnOutbox after the commit, a Waker
+// that does not NOTIFY, or a relay that does not listen or ignores the
+// notification leaves the row for the next poll a minute later, and the
+// Eventually below fails.
+func TestNotifyWakesRelayInAnotherProcess(t *testing.T) {
 	t.Parallel()
 	b := setup(t, pipetest.Options{})
-	// A row committed before the relay starts: once it is sent, the relay's
-	// first pass is over and it waits on NOTIFY or the poll.
-	b.enqueue(t, "before", 1)
-	runRelay(t, b, outbox.Config{ID: "sleepy", PollInterval: time.Minute})
-	require.Eventually(t, b.drained, 5*time.Second, 10*time.Millisecond, "the relay's first pass publishes what is already there")
+	b.startAfterFirstPass(t, outbox.Config{ID: "sleepy", PollInterval: time.Minute})
 	// Wait until the relay's connection has run LISTEN (a NOTIFY before that is lost).
 	require.Eventually(t, func() bool {
 		// Conditions of Eventually run on another goroutine: no require in them.
@@ -253,7 +280,38 @@ func TestNotifyWakesRelay(t *testing.T) {
 		return err == nil && n == 1
 	}, 5*time.Second, 10*time.Millisecond, "the relay never listened")
 
-	b.enqueue(t, "after", 1)
-	require.Eventually(t, b.drained, 5*time.Second, 10*time.Millisecond, "a row committed while the relay waits is published long before its one-minute poll")
+	// The writing process: its store kicks its Waker after each commit.
+	var waker *outbox.Waker
+	writer := b.openStore(t, func() { waker.Kick() })
+	waker = outbox.NewWaker(writer, 0)
+	ctx, cancel := context.WithCancel(b.Ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); waker.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	b.enqueueVia(t, writer, "after-0000")
+	require.Eventually(t, b.drained, 5*time.Second, 10*time.Millisecond,
+		"a row committed elsewhere while the relay waits is published long before its one-minute poll")
+	require.Equal(t, uint64(2), b.StreamMsgs(t, wire.StreamOps))
+}
+
+// In one process the Waker wakes the local relays directly (Config.Wake),
+// without a round trip through Postgres: no NOTIFY is sent here at all (the
+// Waker's Run loop, which sends them, is not started).
+//
+// Breaking it: a store that does not call OnOutbox after commits that wrote
+// outbox rows, or a relay that ignores Config.Wake, leaves the row for the
+// one-minute poll.
+func TestWakerWakesLocalRelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pipetest.Options{})
+	var waker *outbox.Waker
+	st := b.openStore(t, func() { waker.Kick() })
+	waker = outbox.NewWaker(st, 0)
+	b.startAfterFirstPass(t, outbox.Config{ID: "local", PollInterval: time.Minute, Wake: waker.Subscribe()})
+
+	b.enqueueVia(t, st, "after-0000")
+	require.Eventually(t, b.drained, 5*time.Second, 10*time.Millisecond,
+		"a row committed in this process is published long before the relay's one-minute poll")
 	require.Equal(t, uint64(2), b.StreamMsgs(t, wire.StreamOps))
 }
