@@ -202,7 +202,7 @@ func (q *Queries) OperationInsertOrGet(ctx context.Context, arg OperationInsertO
 
 const operationListByState = `-- name: OperationListByState :many
 SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at FROM operations
-WHERE state = $1 AND updated_at < $2
+WHERE state = $1 AND state IN ('dispatched', 'acknowledged') AND updated_at < $2
 ORDER BY updated_at
 LIMIT $3
 `
@@ -213,7 +213,8 @@ type OperationListByStateParams struct {
 	MaxRows   int32
 }
 
-// In-flight operations whose last change is older than a cutoff (sweepers).
+// Operations stuck in dispatched or acknowledged since before a cutoff (the
+// sweeper). The literal state list matches operations_stuck_idx.
 func (q *Queries) OperationListByState(ctx context.Context, arg OperationListByStateParams) ([]Operation, error) {
 	rows, err := q.db.Query(ctx, operationListByState, arg.State, arg.OlderThan, arg.MaxRows)
 	if err != nil {

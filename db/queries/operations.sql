@@ -25,9 +25,10 @@ SELECT * FROM operations WHERE idempotency_key = @idempotency_key;
 SELECT * FROM operations WHERE workflow_id = @workflow_id ORDER BY created_at, id;
 
 -- name: OperationListByState :many
--- In-flight operations whose last change is older than a cutoff (sweepers).
+-- Operations stuck in dispatched or acknowledged since before a cutoff (the
+-- sweeper). The literal state list matches operations_stuck_idx.
 SELECT * FROM operations
-WHERE state = @state AND updated_at < @older_than
+WHERE state = @state AND state IN ('dispatched', 'acknowledged') AND updated_at < @older_than
 ORDER BY updated_at
 LIMIT @max_rows;
 

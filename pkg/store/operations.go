@@ -163,8 +163,9 @@ func (r reads) OperationsByWorkflow(ctx context.Context, workflowID string) ([]*
 	return out, nil
 }
 
-// OperationsStuck returns up to limit operations in state whose last change
-// is older than cutoff, oldest first (for sweepers and reconcilers).
+// OperationsStuck returns up to limit operations in state (dispatched or
+// acknowledged; other states return none) whose last change is older than
+// cutoff, oldest first, for the sweeper.
 func (r reads) OperationsStuck(ctx context.Context, state op.State, cutoff time.Time, limit int) ([]*op.Operation, error) {
 	rows, err := r.q.OperationListByState(ctx, dbsqlc.OperationListByStateParams{
 		State: string(state), OlderThan: cutoff, MaxRows: int32(limit),
