@@ -85,6 +85,7 @@ func Demo(ctx context.Context, d *Dev, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	say("02:13 opledger records unknown_outcome; the reconciler will ask the vendor by idempotency key, not charge again.")
 	say("02:13 The agent times out too and retries the capture under a new tool-call id.")
 	if err := send("conv_42:call_2", "capture_payment", payment); err != nil {
 		return err
@@ -100,23 +101,26 @@ func Demo(ctx context.Context, d *Dev, w io.Writer) error {
 	if dup {
 		say("  (JetStream dropped it inside its duplicate window; past the window, the ledger's inbox answers duplicate_event)")
 	}
-	say("02:14 The reconciler asks the payment vendor by idempotency key instead of charging again.")
 	if first, err = await("", func(r wire.Result) bool {
 		return r.OperationID == first.OperationID && r.Status == string(op.StateCompletedSuccess)
 	}); err != nil {
 		return err
 	}
-	say("02:14 Both agent paths now send the confirmation email.")
+	say("02:14 The payment is confirmed. Both agent paths now send the confirmation email.")
 	if err := send("conv_42:call_3", "send_email", email); err != nil {
 		return err
 	}
 	if err := send("conv_42:call_4", "send_email", email); err != nil {
 		return err
 	}
-	if _, err := await("conv_42:call_3", statusIs(op.StateCompletedSuccess, op.StateFailedPermanent, op.StateEscalated)); err != nil {
+	answer, err := await("conv_42:call_3", func(wire.Result) bool { return true })
+	if err != nil {
 		return err
 	}
 	if _, err := await("conv_42:call_4", func(wire.Result) bool { return true }); err != nil {
+		return err
+	}
+	if _, err := await("", func(r wire.Result) bool { return r.OperationID == answer.OperationID && r.Final }); err != nil {
 		return err
 	}
 	time.Sleep(300 * time.Millisecond) // let any duplicate that slipped through reach the vendor

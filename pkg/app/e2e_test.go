@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -183,4 +184,16 @@ func TestEndToEndExactlyOneEffectPerOperation(t *testing.T) {
 	require.Equal(t, int64(distinct), counts[op.DecisionNew])
 	require.Equal(t, int64(total/5), counts[op.DecisionDuplicateOperation])
 	require.Positive(t, counts[op.DecisionDuplicateEvent], "redeliveries without Nats-Msg-Id reached the ledger and were suppressed there")
+}
+
+// TestDemo runs the 2:13 a.m. incident as `opledger demo` does: it fails
+// unless the vendors saw exactly one charge and one email.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	d := startSystem(t, 3)
+	var out strings.Builder
+	require.NoError(t, app.Demo(context.Background(), d, &out), out.String())
+	require.Contains(t, out.String(), "One charge, one email.")
+	require.Equal(t, 1, d.Vendors.Stats().Captures)
+	require.Equal(t, 1, d.Vendors.Stats().Requests[vendors.RouteCapture], "the retry never reached the vendor")
 }

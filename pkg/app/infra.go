@@ -73,7 +73,7 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (_ *Infra, err error) {
 			return nil, fmt.Errorf("start private postgres (set DATABASE_URL to use a running server): %w", err)
 		}
 		in.DatabaseURL = in.pg.ConnString("postgres")
-		in.Where = append(in.Where, "postgres: private cluster, unix socket in "+in.pg.SocketDir()+" (data "+in.pg.Dir()+")")
+		in.Where = append(in.Where, "postgres: private cluster on a unix socket only, no TCP port (data in "+in.pg.Dir()+"): psql \""+in.DatabaseURL+"\"")
 	} else {
 		in.Where = append(in.Where, "postgres: "+redact(in.DatabaseURL))
 	}
