@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -114,7 +113,7 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 		return []store.Message{outbox.Result(ans.Result, tp)}
 	}
 	if _, err := s.store.Submit(ctx, sub); err != nil {
-		return nil, fmt.Errorf("ingest %s: %w", clip(sub.EventID), err)
+		return nil, fmt.Errorf("ingest %s: %w", wire.Clip(sub.EventID), err)
 	}
 	s.m.Intent(tool, string(ans.Decision), time.Since(start))
 	ev := s.log.Info()
@@ -149,7 +148,7 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 	sub.EventID, sub.WorkflowID, tool = in.EventID, in.WorkflowID, in.Tool
 	t, err := s.reg.Tool(in.Tool)
 	if err != nil {
-		sub.RejectReason = fmt.Sprintf("tool %q is not registered", clip(in.Tool))
+		sub.RejectReason = fmt.Sprintf("tool %q is not registered", wire.Clip(in.Tool))
 		return sub, tool, sub.RejectReason
 	}
 	p, err := t.Prepare(registry.Proposal{WorkflowID: in.WorkflowID, RunID: in.RunID, Intent: in.Intent, TraceID: tp.TraceID, Args: in.Args})
@@ -168,16 +167,4 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 // reason is an error's text for a rejection, without the sentinel's suffix.
 func reason(err error) string {
 	return strings.TrimSuffix(err.Error(), ": "+op.ErrInvalid.Error())
-}
-
-// clip shortens untrusted text for a message, on a rune boundary.
-func clip(s string) string {
-	if len(s) <= 64 {
-		return s
-	}
-	cut := 64
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }

@@ -104,7 +104,7 @@ func DecodeIntent(subject, msgID string, body []byte) (*Intent, error) {
 	}
 	switch {
 	case in.Spec != SpecIntent:
-		return nil, fmt.Errorf("spec must be %q, got %q: %w", SpecIntent, clip(in.Spec), op.ErrInvalid)
+		return nil, fmt.Errorf("spec must be %q, got %q: %w", SpecIntent, Clip(in.Spec), op.ErrInvalid)
 	case !validID(in.EventID):
 		return nil, fmt.Errorf("event_id is required (1-%d printable characters): %w", MaxIDLen, op.ErrInvalid)
 	case !validID(in.WorkflowID) || strings.ContainsAny(in.WorkflowID, ".*> "):
@@ -116,7 +116,7 @@ func DecodeIntent(subject, msgID string, body []byte) (*Intent, error) {
 	case len(in.Args) == 0 || in.Args[0] != '{':
 		return nil, fmt.Errorf("args must be a JSON object: %w", op.ErrInvalid)
 	case subject != "" && subject != IntentSubject(in.WorkflowID):
-		return nil, fmt.Errorf("published on %q but workflow_id says %q: %w", clip(subject), clip(in.WorkflowID), op.ErrInvalid)
+		return nil, fmt.Errorf("published on %q but workflow_id says %q: %w", Clip(subject), Clip(in.WorkflowID), op.ErrInvalid)
 	case msgID != "" && msgID != in.EventID:
 		return nil, fmt.Errorf("Nats-Msg-Id header differs from event_id: %w", op.ErrInvalid)
 	}
@@ -135,8 +135,9 @@ func validID(s string) bool {
 	return true
 }
 
-// clip shortens untrusted text before it goes into an error message.
-func clip(s string) string {
+// Clip shortens untrusted text before it goes into an error message or a
+// log line: at most 64 bytes, cut on a rune boundary.
+func Clip(s string) string {
 	if len(s) <= 64 {
 		return s
 	}
@@ -156,7 +157,7 @@ func shortJSONError(err error) string {
 	case errors.As(err, &te):
 		return fmt.Sprintf("field %s must be %s", te.Field, te.Type)
 	}
-	return clip(err.Error())
+	return Clip(err.Error())
 }
 
 // Command is what the ledger publishes to its workers on opledger.ops.*.
