@@ -61,49 +61,6 @@ func (q *Queries) AttemptFinish(ctx context.Context, arg AttemptFinishParams) (A
 	return i, err
 }
 
-const attemptInsert = `-- name: AttemptInsert :one
-INSERT INTO attempts (id, operation_id, number, lease_epoch, worker, started_at)
-VALUES ($1, $2, $3, $4, $5, coalesce($6::timestamptz, now()))
-RETURNING id, operation_id, number, lease_epoch, worker, started_at, finished_at, outcome, error_category, error, http_status, external_request_id, external_object_id
-`
-
-type AttemptInsertParams struct {
-	ID          string
-	OperationID string
-	Number      int32
-	LeaseEpoch  int64
-	Worker      string
-	Now         *time.Time
-}
-
-func (q *Queries) AttemptInsert(ctx context.Context, arg AttemptInsertParams) (Attempt, error) {
-	row := q.db.QueryRow(ctx, attemptInsert,
-		arg.ID,
-		arg.OperationID,
-		arg.Number,
-		arg.LeaseEpoch,
-		arg.Worker,
-		arg.Now,
-	)
-	var i Attempt
-	err := row.Scan(
-		&i.ID,
-		&i.OperationID,
-		&i.Number,
-		&i.LeaseEpoch,
-		&i.Worker,
-		&i.StartedAt,
-		&i.FinishedAt,
-		&i.Outcome,
-		&i.ErrorCategory,
-		&i.Error,
-		&i.HttpStatus,
-		&i.ExternalRequestID,
-		&i.ExternalObjectID,
-	)
-	return i, err
-}
-
 const attemptList = `-- name: AttemptList :many
 SELECT id, operation_id, number, lease_epoch, worker, started_at, finished_at, outcome, error_category, error, http_status, external_request_id, external_object_id FROM attempts WHERE operation_id = $1 ORDER BY number
 `
@@ -140,4 +97,99 @@ func (q *Queries) AttemptList(ctx context.Context, operationID string) ([]Attemp
 		return nil, err
 	}
 	return items, nil
+}
+
+const operationDispatch = `-- name: OperationDispatch :one
+WITH claimed AS (
+    UPDATE operations SET
+        state = 'dispatched', lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1,
+        updated_at = coalesce($1::timestamptz, now())
+    WHERE operations.id = $2 AND operations.state = 'pending_dispatch' AND operations.lease_epoch = $3
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at
+), appended AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, at)
+    SELECT claimed.id,
+           (SELECT coalesce(max(oe.seq), 0) + 1 FROM operation_events oe WHERE oe.operation_id = claimed.id),
+           'dispatch', 'pending_dispatch', 'dispatched', claimed.lease_epoch, $4, $5, claimed.updated_at
+    FROM claimed
+), attempt AS (
+    INSERT INTO attempts (id, operation_id, number, lease_epoch, worker, started_at)
+    SELECT $4, claimed.id, claimed.attempt_count, claimed.lease_epoch, $5, claimed.updated_at
+    FROM claimed
+)
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at FROM claimed
+`
+
+type OperationDispatchParams struct {
+	Now        *time.Time
+	ID         string
+	LeaseEpoch int64
+	AttemptID  string
+	Worker     string
+}
+
+type OperationDispatchRow struct {
+	ID                     string
+	WorkflowID             string
+	RunID                  string
+	Tool                   string
+	ToolVersion            int32
+	Intent                 string
+	EntityType             string
+	EntityID               string
+	ArgsCanonical          string
+	ArgsHash               string
+	SideEffectClass        string
+	IdempotencyKey         string
+	State                  string
+	AttemptCount           int32
+	LeaseEpoch             int64
+	ExternalRequestID      string
+	ExternalObjectID       string
+	CompensatesOperationID *string
+	TraceID                string
+	LastErrorCategory      string
+	LastError              string
+	CreatedAt              time.Time
+	UpdatedAt              time.Time
+}
+
+// Claims a pending operation for one attempt in one statement: the
+// conditional transition to dispatched taking the lease (epoch + 1), its event
+// row and the attempt row. No row: another worker won, or the command is stale.
+func (q *Queries) OperationDispatch(ctx context.Context, arg OperationDispatchParams) (OperationDispatchRow, error) {
+	row := q.db.QueryRow(ctx, operationDispatch,
+		arg.Now,
+		arg.ID,
+		arg.LeaseEpoch,
+		arg.AttemptID,
+		arg.Worker,
+	)
+	var i OperationDispatchRow
+	err := row.Scan(
+		&i.ID,
+		&i.WorkflowID,
+		&i.RunID,
+		&i.Tool,
+		&i.ToolVersion,
+		&i.Intent,
+		&i.EntityType,
+		&i.EntityID,
+		&i.ArgsCanonical,
+		&i.ArgsHash,
+		&i.SideEffectClass,
+		&i.IdempotencyKey,
+		&i.State,
+		&i.AttemptCount,
+		&i.LeaseEpoch,
+		&i.ExternalRequestID,
+		&i.ExternalObjectID,
+		&i.CompensatesOperationID,
+		&i.TraceID,
+		&i.LastErrorCategory,
+		&i.LastError,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
 }

@@ -85,7 +85,6 @@ type Operation struct {
 }
 
 type OperationEvent struct {
-	ID          int64
 	OperationID string
 	Seq         int32
 	Event       string

@@ -82,7 +82,7 @@ func (q *Queries) OperationCreated(ctx context.Context, arg OperationCreatedPara
 }
 
 const operationEventList = `-- name: OperationEventList :many
-SELECT id, operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at FROM operation_events WHERE operation_id = $1 ORDER BY seq
+SELECT operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at FROM operation_events WHERE operation_id = $1 ORDER BY seq
 `
 
 func (q *Queries) OperationEventList(ctx context.Context, operationID string) ([]OperationEvent, error) {
@@ -95,7 +95,6 @@ func (q *Queries) OperationEventList(ctx context.Context, operationID string) ([
 	for rows.Next() {
 		var i OperationEvent
 		if err := rows.Scan(
-			&i.ID,
 			&i.OperationID,
 			&i.Seq,
 			&i.Event,

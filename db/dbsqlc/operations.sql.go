@@ -200,23 +200,12 @@ func (q *Queries) OperationInsertOrGet(ctx context.Context, arg OperationInsertO
 	return i, err
 }
 
-const operationListByState = `-- name: OperationListByState :many
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at FROM operations
-WHERE state = $1 AND state IN ('dispatched', 'acknowledged') AND updated_at < $2
-ORDER BY updated_at
-LIMIT $3
+const operationListByWorkflow = `-- name: OperationListByWorkflow :many
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at FROM operations WHERE workflow_id = $1 ORDER BY created_at, id
 `
 
-type OperationListByStateParams struct {
-	State     string
-	OlderThan time.Time
-	MaxRows   int32
-}
-
-// Operations stuck in dispatched or acknowledged since before a cutoff (the
-// sweeper). The literal state list matches operations_stuck_idx.
-func (q *Queries) OperationListByState(ctx context.Context, arg OperationListByStateParams) ([]Operation, error) {
-	rows, err := q.db.Query(ctx, operationListByState, arg.State, arg.OlderThan, arg.MaxRows)
+func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string) ([]Operation, error) {
+	rows, err := q.db.Query(ctx, operationListByWorkflow, workflowID)
 	if err != nil {
 		return nil, err
 	}
@@ -259,12 +248,24 @@ func (q *Queries) OperationListByState(ctx context.Context, arg OperationListByS
 	return items, nil
 }
 
-const operationListByWorkflow = `-- name: OperationListByWorkflow :many
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at FROM operations WHERE workflow_id = $1 ORDER BY created_at, id
+const operationListStuckDispatched = `-- name: OperationListStuckDispatched :many
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at FROM attempts a JOIN operations o ON o.id = a.operation_id
+WHERE a.finished_at IS NULL AND a.started_at < $1
+  AND o.state = 'dispatched' AND o.lease_epoch = a.lease_epoch
+ORDER BY a.started_at
+LIMIT $2
 `
 
-func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string) ([]Operation, error) {
-	rows, err := q.db.Query(ctx, operationListByWorkflow, workflowID)
+type OperationListStuckDispatchedParams struct {
+	OlderThan time.Time
+	MaxRows   int32
+}
+
+// Operations still in dispatched whose open attempt started before a cutoff:
+// their dispatcher died or hangs (the sweeper). Found through
+// attempts_open_idx, so that no index on operations covers its state.
+func (q *Queries) OperationListStuckDispatched(ctx context.Context, arg OperationListStuckDispatchedParams) ([]Operation, error) {
+	rows, err := q.db.Query(ctx, operationListStuckDispatched, arg.OlderThan, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}

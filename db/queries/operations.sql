@@ -24,12 +24,14 @@ SELECT * FROM operations WHERE idempotency_key = @idempotency_key;
 -- name: OperationListByWorkflow :many
 SELECT * FROM operations WHERE workflow_id = @workflow_id ORDER BY created_at, id;
 
--- name: OperationListByState :many
--- Operations stuck in dispatched or acknowledged since before a cutoff (the
--- sweeper). The literal state list matches operations_stuck_idx.
-SELECT * FROM operations
-WHERE state = @state AND state IN ('dispatched', 'acknowledged') AND updated_at < @older_than
-ORDER BY updated_at
+-- name: OperationListStuckDispatched :many
+-- Operations still in dispatched whose open attempt started before a cutoff:
+-- their dispatcher died or hangs (the sweeper). Found through
+-- attempts_open_idx, so that no index on operations covers its state.
+SELECT o.* FROM attempts a JOIN operations o ON o.id = a.operation_id
+WHERE a.finished_at IS NULL AND a.started_at < @older_than
+  AND o.state = 'dispatched' AND o.lease_epoch = a.lease_epoch
+ORDER BY a.started_at
 LIMIT @max_rows;
 
 -- name: OperationTransition :one

@@ -131,9 +131,17 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 	return pool
 }
 
-// unavailable skips t, or fails it under CI=true.
+// errMigrations marks a setup failure of the project's own making: the
+// server was there but the migrations did not apply. That always fails.
+var errMigrations = errors.New("the schema migrations do not apply")
+
+// unavailable skips t, or fails it under CI=true. A broken migration is not
+// an unavailable server and fails everywhere.
 func unavailable(t testing.TB, err error) {
 	t.Helper()
+	if errors.Is(err, errMigrations) {
+		t.Fatalf("testdb: %v", err)
+	}
 	fix := "Fix: install the PostgreSQL server binaries (initdb, postgres; found through PG_BINDIR, pg_config --bindir, PATH " +
 		"or /usr/lib/postgresql/*/bin) so a private cluster can start, or set DATABASE_URL to a server whose role may CREATE DATABASE."
 	if os.Getenv("DATABASE_URL") != "" {
@@ -229,7 +237,7 @@ func (h *harness) buildTemplate(ctx context.Context, admin *pgx.ConnConfig) erro
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := schema.Migrate(ctx, conn); err != nil {
-		return fmt.Errorf("migrate template: %w", err)
+		return fmt.Errorf("migrate template: %w: %w", errMigrations, err)
 	}
 	return conn.Close(ctx)
 }

@@ -187,7 +187,7 @@ func Record(ctx context.Context, st *store.Store, tool *registry.Tool, o *op.Ope
 
 // FollowUp decides what happens after an operation reached cur.State from an
 // attempt or a reconciliation, in tx: an unknown outcome gets a reconcile
-// command; a retryable failure goes back to pending_dispatch with a delayed
+// command, an acknowledgement a delayed one; a retryable failure goes back to pending_dispatch with a delayed
 // dispatch command while the tool's retry budget lasts, then fails
 // permanently; a permanent failure gets a compensate command; a completed
 // compensation completes the operation it compensates. It returns the
@@ -199,6 +199,10 @@ func FollowUp(ctx context.Context, tx *store.Tx, tool *registry.Tool, cur *op.Op
 	switch cur.State {
 	case op.StateUnknownOutcome:
 		msgs = append(msgs, outbox.Command(wire.KindUnknown, cur, eventID, tp, time.Time{}))
+	case op.StateAcknowledged:
+		// Completion should follow by itself; if it has not after a while,
+		// the reconciler asks the vendor.
+		msgs = append(msgs, outbox.Command(wire.KindUnknown, cur, eventID, tp, time.Now().Add(AcknowledgedCheckDelay)))
 	case op.StateFailedRetryable:
 		if cur.AttemptCount < tool.Retry.MaxAttempts {
 			if cur, err = tx.Transition(ctx, store.Change{OperationID: cur.ID, From: cur.State, LeaseEpoch: cur.LeaseEpoch,
@@ -224,6 +228,10 @@ func FollowUp(ctx context.Context, tx *store.Tx, tool *registry.Tool, cur *op.Op
 	}
 	return cur, msgs, nil
 }
+
+// AcknowledgedCheckDelay is how long after a vendor acknowledged a request
+// without completing it the reconciler first asks the vendor about it.
+const AcknowledgedCheckDelay = time.Minute
 
 // CompleteCompensation moves the operation that o compensates, if any, from
 // compensating to compensated, in tx.

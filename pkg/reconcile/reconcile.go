@@ -1,8 +1,9 @@
 // Package reconcile is the reconciler: it resolves operations whose outcome
-// is unknown by asking the vendor (lookup by idempotency key or client
-// reference) instead of re-sending, and its sweeper finds operations stuck in
-// dispatched (a dispatcher died mid-call) or acknowledged for too long and
-// marks them unknown, fencing the old worker off with a new lease epoch.
+// is unknown, or that a vendor acknowledged without completing, by asking the
+// vendor (lookup by idempotency key or client reference) instead of
+// re-sending, and its sweeper finds operations stuck in dispatched (a
+// dispatcher died mid-call) and marks them unknown, fencing the old worker off
+// with a new lease epoch.
 //
 // Verdicts: found → completed_success with the vendor's id; still pending →
 // look again later; not found once the vendor has had time to settle →
@@ -41,9 +42,6 @@ type Config struct {
 	// DispatchedGrace is added to a tool's timeout before an operation in
 	// dispatched counts as stuck (default 5s).
 	DispatchedGrace time.Duration
-	// AcknowledgedTimeout is how long an acknowledged operation may wait for
-	// its completion before it is reconciled (default 5m).
-	AcknowledgedTimeout time.Duration
 	// SettleDelay is how long after the last change a vendor's "not found" is
 	// trusted as "never applied" (default 2s; vendors with propagation delay
 	// need more).
@@ -68,9 +66,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.DispatchedGrace <= 0 {
 		c.DispatchedGrace = 5 * time.Second
-	}
-	if c.AcknowledgedTimeout <= 0 {
-		c.AcknowledgedTimeout = 5 * time.Minute
 	}
 	if c.SettleDelay <= 0 {
 		c.SettleDelay = 2 * time.Second
@@ -145,7 +140,7 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	} else if err != nil {
 		return err
 	}
-	if o.State != op.StateUnknownOutcome {
+	if o.State != op.StateUnknownOutcome && o.State != op.StateAcknowledged {
 		s.m.Suppressed(wire.KindUnknown, cmd.Tool)
 		log.Info().Str("state", string(o.State)).Msg("reconcile command changes nothing")
 		return nil
@@ -179,6 +174,10 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	case lr.Found:
 		s.m.Reconciled(o.Tool, "found")
 		return s.resolve(ctx, tool, o, op.EventSucceed, lr.ExternalObjectID, cmd.EventID, tp, "found at vendor", log)
+	case o.State == op.StateAcknowledged:
+		// The vendor accepted it once but has no record now: nobody knows.
+		s.m.Reconciled(o.Tool, "not_found")
+		return s.resolve(ctx, tool, o, op.EventOutcomeUnknown, "", cmd.EventID, tp, "accepted earlier, no record at the vendor now", log)
 	case time.Since(o.UpdatedAt) < s.cfg.SettleDelay:
 		return errLookAgain
 	default:
@@ -242,22 +241,20 @@ func (s *Service) escalate(ctx context.Context, o *op.Operation, eventID string,
 }
 
 // Sweep marks operations stuck in dispatched past their tool's timeout plus
-// grace, or in acknowledged past AcknowledgedTimeout, as unknown_outcome —
-// taking a new lease epoch so a late dispatcher's write is refused — and
-// sends them to reconciliation. It returns how many it moved.
+// grace as unknown_outcome — taking a new lease epoch so a late dispatcher's
+// write is refused — and sends them to reconciliation. It returns how many it
+// moved. (Acknowledged operations need no sweep: the dispatcher schedules
+// their reconciliation when it records the acknowledgement.)
 func (s *Service) Sweep(ctx context.Context, now time.Time) (int, error) {
 	moved := 0
-	for _, state := range []op.State{op.StateDispatched, op.StateAcknowledged} {
-		cutoff := now.Add(-s.cfg.DispatchedGrace)
-		if state == op.StateAcknowledged {
-			cutoff = now.Add(-s.cfg.AcknowledgedTimeout)
-		}
-		stuck, err := s.store.OperationsStuck(ctx, state, cutoff, 100)
+	const state = op.StateDispatched
+	{
+		stuck, err := s.store.OperationsStuckDispatched(ctx, now.Add(-s.cfg.DispatchedGrace), 100)
 		if err != nil {
 			return moved, err
 		}
 		for _, o := range stuck {
-			if tool, err := s.reg.Tool(o.Tool); err == nil && state == op.StateDispatched && now.Sub(o.UpdatedAt) < tool.Timeout+s.cfg.DispatchedGrace {
+			if tool, err := s.reg.Tool(o.Tool); err == nil && now.Sub(o.UpdatedAt) < tool.Timeout+s.cfg.DispatchedGrace {
 				continue
 			}
 			tp := telemetry.FromTraceID(o.TraceID)

@@ -30,22 +30,21 @@ func toAttempt(a dbsqlc.Attempt) *op.Attempt {
 // Errors: *op.StaleError when another worker claimed it first or it is no
 // longer pending (a redelivered command); op.ErrNotFound.
 func (t *Tx) BeginAttempt(ctx context.Context, operationID string, epoch int64, worker string) (*op.Operation, *op.Attempt, error) {
+	if _, err := op.Transition(op.StatePendingDispatch, op.EventDispatch); err != nil {
+		return nil, nil, err // the state machine and this statement must agree
+	}
 	attemptID := op.NewID("att")
-	o, err := t.Transition(ctx, Change{
-		OperationID: operationID, From: op.StatePendingDispatch, LeaseEpoch: epoch,
-		Event: op.EventDispatch, BumpEpoch: true, NewAttempt: true, AttemptID: attemptID, Actor: worker,
+	row, err := t.q.OperationDispatch(ctx, dbsqlc.OperationDispatchParams{
+		ID: operationID, LeaseEpoch: epoch, AttemptID: attemptID, Worker: worker, Now: t.now(),
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, t.staleOr(ctx, operationID, op.StatePendingDispatch, epoch, err)
 	}
-	a, err := t.q.AttemptInsert(ctx, dbsqlc.AttemptInsertParams{
-		ID: attemptID, OperationID: o.ID, Number: int32(o.AttemptCount), LeaseEpoch: o.LeaseEpoch,
-		Worker: worker, Now: t.now(),
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("operation %s: insert attempt: %w", operationID, translate(err))
-	}
-	return o, toAttempt(a), nil
+	o := toOperation(dbsqlc.Operation(row))
+	return o, &op.Attempt{
+		ID: attemptID, OperationID: o.ID, Number: o.AttemptCount, LeaseEpoch: o.LeaseEpoch,
+		Worker: worker, StartedAt: o.UpdatedAt,
+	}, nil
 }
 
 // FinishAttempt records the outcome of an attempt, once. Errors:

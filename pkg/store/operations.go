@@ -103,21 +103,25 @@ func (t *Tx) Transition(ctx context.Context, c Change) (*op.Operation, error) {
 		Detail:            detail,
 	})
 	if err != nil {
-		err = translate(err)
-		if !errors.Is(err, op.ErrNotFound) {
-			return nil, fmt.Errorf("transition operation %s: %w", c.OperationID, err)
-		}
-		cur, gerr := t.q.OperationGet(ctx, c.OperationID)
-		if gerr != nil {
-			return nil, fmt.Errorf("transition operation %s: %w", c.OperationID, translate(gerr))
-		}
-		return nil, &op.StaleError{
-			OperationID: c.OperationID,
-			WantState:   c.From, WantEpoch: c.LeaseEpoch,
-			GotState: op.State(cur.State), GotEpoch: cur.LeaseEpoch,
-		}
+		return nil, t.staleOr(ctx, c.OperationID, c.From, c.LeaseEpoch, err)
 	}
 	return toOperation(dbsqlc.Operation(row)), nil
+}
+
+// staleOr explains a conditional write that matched no row: a *op.StaleError
+// saying what the operation is now, or op.ErrNotFound. Other errors pass
+// through, translated.
+func (t *Tx) staleOr(ctx context.Context, id string, want op.State, wantEpoch int64, err error) error {
+	err = translate(err)
+	if !errors.Is(err, op.ErrNotFound) {
+		return fmt.Errorf("transition operation %s: %w", id, err)
+	}
+	cur, gerr := t.q.OperationGet(ctx, id)
+	if gerr != nil {
+		return fmt.Errorf("transition operation %s: %w", id, translate(gerr))
+	}
+	return &op.StaleError{OperationID: id, WantState: want, WantEpoch: wantEpoch,
+		GotState: op.State(cur.State), GotEpoch: cur.LeaseEpoch}
 }
 
 // encodeDetail renders an event's detail as JSON; nil stays NULL.
@@ -163,15 +167,15 @@ func (r reads) OperationsByWorkflow(ctx context.Context, workflowID string) ([]*
 	return out, nil
 }
 
-// OperationsStuck returns up to limit operations in state (dispatched or
-// acknowledged; other states return none) whose last change is older than
-// cutoff, oldest first, for the sweeper.
-func (r reads) OperationsStuck(ctx context.Context, state op.State, cutoff time.Time, limit int) ([]*op.Operation, error) {
-	rows, err := r.q.OperationListByState(ctx, dbsqlc.OperationListByStateParams{
-		State: string(state), OlderThan: cutoff, MaxRows: int32(limit),
+// OperationsStuckDispatched returns up to limit operations still in
+// dispatched whose current attempt started before cutoff, oldest first: the
+// sweeper's candidates.
+func (r reads) OperationsStuckDispatched(ctx context.Context, cutoff time.Time, limit int) ([]*op.Operation, error) {
+	rows, err := r.q.OperationListStuckDispatched(ctx, dbsqlc.OperationListStuckDispatchedParams{
+		OlderThan: cutoff, MaxRows: int32(limit),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list operations in %s: %w", state, translate(err))
+		return nil, fmt.Errorf("list stuck operations: %w", translate(err))
 	}
 	out := make([]*op.Operation, len(rows))
 	for i, row := range rows {
