@@ -96,13 +96,7 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	}
 
 	// Claim: commit dispatched + attempt before any vendor call.
-	var o *op.Operation
-	var att *op.Attempt
-	err = s.store.InTx(ctx, func(tx *store.Tx) error {
-		var err error
-		o, att, err = tx.BeginAttempt(ctx, cmd.OperationID, cmd.LeaseEpoch, s.cfg.Name)
-		return err
-	})
+	o, att, err := s.store.BeginAttempt(ctx, cmd.OperationID, cmd.LeaseEpoch, s.cfg.Name)
 	var stale *op.StaleError
 	switch {
 	case errors.As(err, &stale):
@@ -131,6 +125,12 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 
 	// Record with a context that outlives shutdown: the vendor already acted.
 	final, err := Record(context.WithoutCancel(ctx), s.store, tool, o, att, res, cmd.EventID, tp)
+	if errors.As(err, &stale) {
+		// The sweeper gave up on this attempt and fenced it off; the attempt
+		// row still says what the vendor answered, for the reconciler.
+		log.Warn().Str("outcome", string(res.Outcome)).Str("state", string(stale.GotState)).Msg("attempt fenced off; outcome kept on the attempt only")
+		return nil
+	}
 	if err != nil {
 		// The operation stays in dispatched; the reconciler's sweeper will
 		// find it. A redelivery of this command is suppressed above.
@@ -145,9 +145,11 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	return nil
 }
 
-// Record writes an attempt's outcome in one transaction: the attempt row, the
-// operation's transition from dispatched (fenced by the attempt's lease
-// epoch), the agent's result and the follow-up command. Retryable outcomes
+// Record writes an attempt's outcome: the attempt row, the operation's
+// transition from dispatched (fenced by the attempt's lease epoch), the
+// agent's result and the follow-up command. Most outcomes take one statement
+// (store.RecordOutcome); a retryable failure, or the completion of a
+// compensation, takes a transaction because more follows: retryable outcomes
 // go back to pending_dispatch with a delayed dispatch command while the
 // tool's retry budget lasts, then fail permanently. It returns the
 // operation's new state.
@@ -155,6 +157,24 @@ func Record(ctx context.Context, st *store.Store, tool *registry.Tool, o *op.Ope
 	res adapter.Result, eventID string, tp telemetry.Traceparent) (*op.Operation, error) {
 	att.Outcome, att.ErrorCategory, att.Error, att.HTTPStatus = res.Outcome, res.ErrorCategory, res.Error, res.HTTPStatus
 	att.ExternalRequestID, att.ExternalObjectID = res.ExternalRequestID, res.ExternalObjectID
+	result := func(cur *op.Operation) store.Message {
+		r := wire.ResultFor(cur, eventID, op.DecisionNew)
+		r.RawStatusCode, r.Reason = res.HTTPStatus, res.Error
+		return outbox.Result(r, tp)
+	}
+	if res.Outcome != op.OutcomeRetryable && o.CompensatesID == "" {
+		cur, err := st.RecordOutcome(ctx, store.Outcome{
+			Operation: o, Attempt: att, Actor: att.Worker, Detail: attemptDetail(res),
+			Outbox: func(after *op.Operation) []store.Message {
+				msgs := followUpCommands(after, eventID, tp)
+				return append(msgs, result(after))
+			},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("record attempt %s of operation %s: %w", att.ID, o.ID, err)
+		}
+		return cur, nil
+	}
 	var out *op.Operation
 	err := st.InTx(ctx, func(tx *store.Tx) error {
 		if _, err := tx.FinishAttempt(ctx, att); err != nil {
@@ -173,16 +193,30 @@ func Record(ctx context.Context, st *store.Store, tool *registry.Tool, o *op.Ope
 		if err != nil {
 			return err
 		}
-		r := wire.ResultFor(cur, eventID, op.DecisionNew)
-		r.RawStatusCode, r.Reason = res.HTTPStatus, res.Error
-		msgs = append(msgs, outbox.Result(r, tp))
 		out = cur
-		return tx.Enqueue(ctx, msgs...)
+		return tx.Enqueue(ctx, append(msgs, result(cur))...)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("record attempt %s of operation %s: %w", att.ID, o.ID, err)
 	}
 	return out, nil
+}
+
+// followUpCommands are the commands that follow an operation reaching a
+// state with nothing else to write: reconcile an unknown outcome now, an
+// acknowledgement later, compensate a permanent failure.
+func followUpCommands(cur *op.Operation, eventID string, tp telemetry.Traceparent) []store.Message {
+	switch cur.State {
+	case op.StateUnknownOutcome:
+		return []store.Message{outbox.Command(wire.KindUnknown, cur, eventID, tp, time.Time{})}
+	case op.StateAcknowledged:
+		// Completion should follow by itself; if it has not after a while,
+		// the reconciler asks the vendor.
+		return []store.Message{outbox.Command(wire.KindUnknown, cur, eventID, tp, time.Now().Add(AcknowledgedCheckDelay))}
+	case op.StateFailedPermanent:
+		return []store.Message{outbox.Command(wire.KindFailed, cur, eventID, tp, time.Time{})}
+	}
+	return nil
 }
 
 // FollowUp decides what happens after an operation reached cur.State from an
@@ -194,15 +228,8 @@ func Record(ctx context.Context, st *store.Store, tool *registry.Tool, o *op.Ope
 // operation's state after that and the outbox messages to write.
 func FollowUp(ctx context.Context, tx *store.Tx, tool *registry.Tool, cur *op.Operation, eventID string,
 	tp telemetry.Traceparent, retryAfter time.Duration, actor string) (*op.Operation, []store.Message, error) {
-	var msgs []store.Message
 	var err error
 	switch cur.State {
-	case op.StateUnknownOutcome:
-		msgs = append(msgs, outbox.Command(wire.KindUnknown, cur, eventID, tp, time.Time{}))
-	case op.StateAcknowledged:
-		// Completion should follow by itself; if it has not after a while,
-		// the reconciler asks the vendor.
-		msgs = append(msgs, outbox.Command(wire.KindUnknown, cur, eventID, tp, time.Now().Add(AcknowledgedCheckDelay)))
 	case op.StateFailedRetryable:
 		if cur.AttemptCount < tool.Retry.MaxAttempts {
 			if cur, err = tx.Transition(ctx, store.Change{OperationID: cur.ID, From: cur.State, LeaseEpoch: cur.LeaseEpoch,
@@ -210,22 +237,19 @@ func FollowUp(ctx context.Context, tx *store.Tx, tool *registry.Tool, cur *op.Op
 				return nil, nil, err
 			}
 			due := time.Now().Add(RetryDelay(tool.Retry, cur.AttemptCount, retryAfter))
-			msgs = append(msgs, outbox.Command(wire.KindDispatch, cur, eventID, tp, due))
-			break
+			return cur, []store.Message{outbox.Command(wire.KindDispatch, cur, eventID, tp, due)}, nil
 		}
 		if cur, err = tx.Transition(ctx, store.Change{OperationID: cur.ID, From: cur.State, LeaseEpoch: cur.LeaseEpoch,
 			Event: op.EventFailPermanent, Actor: actor, ErrorCategory: "retries_exhausted",
 			Error: fmt.Sprintf("gave up after %d attempts; last: %s", cur.AttemptCount, cur.LastError)}); err != nil {
 			return nil, nil, err
 		}
-		msgs = append(msgs, outbox.Command(wire.KindFailed, cur, eventID, tp, time.Time{}))
-	case op.StateFailedPermanent:
-		msgs = append(msgs, outbox.Command(wire.KindFailed, cur, eventID, tp, time.Time{}))
 	case op.StateCompletedSuccess, op.StateCompletedNoop:
 		if err := CompleteCompensation(ctx, tx, cur); err != nil {
 			return nil, nil, err
 		}
 	}
+	msgs := followUpCommands(cur, eventID, tp)
 	return cur, msgs, nil
 }
 

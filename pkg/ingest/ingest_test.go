@@ -231,7 +231,7 @@ func TestIngestSameActionNewEventID(t *testing.T) {
 	first := b.ingestIntent(t, capture("evt_1", "wf_1", "order_1", "cust_1"))
 	require.Equal(t, op.DecisionNew, first.Decision)
 	// The operation moves on before the retry arrives: a dispatcher took it.
-	o, _, err := b.Store.BeginAttemptTx(b.Ctx, first.Result.OperationID, 0, "dispatcher-test")
+	o, _, err := b.Store.BeginAttempt(b.Ctx, first.Result.OperationID, 0, "dispatcher-test")
 	require.NoError(t, err)
 	require.Equal(t, op.StateDispatched, o.State)
 

@@ -209,7 +209,7 @@ func TestSweepFencesDeadDispatcher(t *testing.T) {
 	o := b.SubmitCapture(t, "wf_1", "order_1")
 	tool := b.Tool(t, "capture_payment")
 
-	claimed, att, err := b.Store.BeginAttemptTx(b.Ctx, o.ID, o.LeaseEpoch, "dispatcher-dead")
+	claimed, att, err := b.Store.BeginAttempt(b.Ctx, o.ID, o.LeaseEpoch, "dispatcher-dead")
 	require.NoError(t, err)
 	require.Equal(t, op.StateDispatched, claimed.State)
 	// ... and the dispatcher is gone: no vendor call, no Record.
@@ -245,7 +245,12 @@ func TestSweepFencesDeadDispatcher(t *testing.T) {
 	attempts, err := b.Store.Attempts(b.Ctx, o.ID)
 	require.NoError(t, err)
 	require.Len(t, attempts, 1)
-	require.True(t, attempts[0].FinishedAt.IsZero(), "the attempt's outcome was not recorded either")
+	// The attempt row keeps what the vendor answered (evidence for whoever
+	// reconciles), but nothing else moved: the operation, above, is as the
+	// sweeper left it.
+	require.False(t, attempts[0].FinishedAt.IsZero(), "the late answer is kept on the attempt")
+	require.Equal(t, op.OutcomeSuccess, attempts[0].Outcome)
+	require.Equal(t, "ch_late", attempts[0].ExternalObjectID)
 	require.Zero(t, b.Vendors.Stats().Requests[vendors.RouteCapture])
 
 	// The harder case for the fence: the operation is back in dispatched,
@@ -257,7 +262,7 @@ func TestSweepFencesDeadDispatcher(t *testing.T) {
 	require.NoError(t, b.svc.Handle(b.Ctx, b.LastCommand(t, o, wire.KindUnknown).Delivery(1)))
 	retry := b.Operation(t, o.ID)
 	require.Equal(t, op.StatePendingDispatch, retry.State)
-	live, liveAtt, err := b.Store.BeginAttemptTx(b.Ctx, o.ID, retry.LeaseEpoch, "dispatcher-live")
+	live, liveAtt, err := b.Store.BeginAttempt(b.Ctx, o.ID, retry.LeaseEpoch, "dispatcher-live")
 	require.NoError(t, err)
 	require.Equal(t, op.StateDispatched, live.State)
 	require.Greater(t, live.LeaseEpoch, claimed.LeaseEpoch)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/opledger/opledger/db/dbsqlc"
 	"github.com/opledger/opledger/pkg/op"
@@ -30,21 +31,107 @@ func toAttempt(a dbsqlc.Attempt) *op.Attempt {
 // Errors: *op.StaleError when another worker claimed it first or it is no
 // longer pending (a redelivered command); op.ErrNotFound.
 func (t *Tx) BeginAttempt(ctx context.Context, operationID string, epoch int64, worker string) (*op.Operation, *op.Attempt, error) {
+	return beginAttempt(ctx, t.reads, t.now(), operationID, epoch, worker)
+}
+
+// BeginAttempt is Tx.BeginAttempt as a statement of its own: it is one
+// statement, so it needs no explicit transaction (and saves its round trips).
+func (s *Store) BeginAttempt(ctx context.Context, operationID string, epoch int64, worker string) (*op.Operation, *op.Attempt, error) {
+	return beginAttempt(ctx, s.reads, s.nowPtr(), operationID, epoch, worker)
+}
+
+func beginAttempt(ctx context.Context, r reads, now *time.Time, operationID string, epoch int64, worker string) (*op.Operation, *op.Attempt, error) {
 	if _, err := op.Transition(op.StatePendingDispatch, op.EventDispatch); err != nil {
 		return nil, nil, err // the state machine and this statement must agree
 	}
 	attemptID := op.NewID("att")
-	row, err := t.q.OperationDispatch(ctx, dbsqlc.OperationDispatchParams{
-		ID: operationID, LeaseEpoch: epoch, AttemptID: attemptID, Worker: worker, Now: t.now(),
+	row, err := r.q.OperationDispatch(ctx, dbsqlc.OperationDispatchParams{
+		ID: operationID, LeaseEpoch: epoch, AttemptID: attemptID, Worker: worker, Now: now,
 	})
 	if err != nil {
-		return nil, nil, t.staleOr(ctx, operationID, op.StatePendingDispatch, epoch, err)
+		return nil, nil, r.staleOr(ctx, operationID, op.StatePendingDispatch, epoch, err)
 	}
 	o := toOperation(dbsqlc.Operation(row))
 	return o, &op.Attempt{
 		ID: attemptID, OperationID: o.ID, Number: o.AttemptCount, LeaseEpoch: o.LeaseEpoch,
 		Worker: worker, StartedAt: o.UpdatedAt,
 	}, nil
+}
+
+// Outcome is what RecordOutcome writes.
+type Outcome struct {
+	// Operation is the operation as BeginAttempt returned it (dispatched, at
+	// the attempt's lease epoch).
+	Operation *op.Operation
+	// Attempt carries the classification: Outcome, ErrorCategory, Error,
+	// HTTPStatus and the vendor's ids.
+	Attempt *op.Attempt
+	Actor   string
+	Detail  any
+	// Outbox builds the messages to write with the transition from the
+	// operation as it will be after it (the agent's result, a follow-up).
+	Outbox func(after *op.Operation) []Message
+}
+
+// RecordOutcome records an attempt's outcome in one statement, without an
+// explicit transaction: it finishes the attempt row, and if the operation is
+// still dispatched at the attempt's lease epoch, moves it by the outcome's
+// event and writes the outbox messages. It returns the operation after the
+// change. Errors: *op.StaleError when the operation moved on (the attempt is
+// recorded all the same); *op.TransitionError for an outcome the state
+// machine does not allow from dispatched.
+func (s *Store) RecordOutcome(ctx context.Context, oc Outcome) (*op.Operation, error) {
+	o, a := oc.Operation, oc.Attempt
+	ev := a.Outcome.Event()
+	to, err := op.Transition(op.StateDispatched, ev)
+	if err != nil {
+		return nil, fmt.Errorf("operation %s: %w", o.ID, err)
+	}
+	detail, err := encodeDetail(oc.Detail)
+	if err != nil {
+		return nil, fmt.Errorf("operation %s: %w", o.ID, err)
+	}
+	// The operation as the statement will leave it, for the outbox messages.
+	after := *o
+	after.State = to
+	if a.ExternalRequestID != "" {
+		after.ExternalRequestID = a.ExternalRequestID
+	}
+	if a.ExternalObjectID != "" {
+		after.ExternalObjectID = a.ExternalObjectID
+	}
+	switch {
+	case a.ErrorCategory != "":
+		after.LastErrorCategory, after.LastError = a.ErrorCategory, a.Error
+	case to == op.StateCompletedSuccess || to == op.StateCompletedNoop:
+		after.LastErrorCategory, after.LastError = "", ""
+	}
+	now := time.Now().UTC()
+	if p := s.nowPtr(); p != nil {
+		now = *p
+	}
+	after.UpdatedAt = now
+	var rows outboxRows
+	if oc.Outbox != nil {
+		if err := rows.add(oc.Outbox(&after)); err != nil {
+			return nil, err
+		}
+	}
+	row, err := s.q.OperationRecordOutcome(ctx, dbsqlc.OperationRecordOutcomeParams{
+		Now: &now, Outcome: string(a.Outcome), ErrorCategory: a.ErrorCategory, Error: a.Error,
+		HttpStatus: int32(a.HTTPStatus), ExternalRequestID: a.ExternalRequestID, ExternalObjectID: a.ExternalObjectID,
+		AttemptID: a.ID, ToState: string(to), LastErrorCategory: after.LastErrorCategory, LastError: after.LastError,
+		ID: o.ID, LeaseEpoch: o.LeaseEpoch, Event: string(ev), Actor: oc.Actor, Detail: detail,
+		Subjects: nonNil(rows.subjects), MsgIds: nonNil(rows.msgIDs), Headers: nonNil(rows.headers),
+		Payloads: nonNil(rows.payloads), OperationIds: nonNil(rows.operationIDs), AvailableAts: nonNil(rows.availableAts),
+	})
+	if err != nil {
+		return nil, s.staleOr(ctx, o.ID, op.StateDispatched, o.LeaseEpoch, err)
+	}
+	if len(rows.msgIDs) > 0 && s.onOutbox != nil {
+		s.onOutbox()
+	}
+	return toOperation(dbsqlc.Operation(row)), nil
 }
 
 // FinishAttempt records the outcome of an attempt, once. Errors:
@@ -72,16 +159,4 @@ func (r reads) Attempts(ctx context.Context, operationID string) ([]*op.Attempt,
 		out[i] = toAttempt(a)
 	}
 	return out, nil
-}
-
-// BeginAttemptTx runs Tx.BeginAttempt in its own transaction.
-func (s *Store) BeginAttemptTx(ctx context.Context, operationID string, epoch int64, worker string) (*op.Operation, *op.Attempt, error) {
-	var o *op.Operation
-	var a *op.Attempt
-	err := s.InTx(ctx, func(tx *Tx) error {
-		var err error
-		o, a, err = tx.BeginAttempt(ctx, operationID, epoch, worker)
-		return err
-	})
-	return o, a, err
 }

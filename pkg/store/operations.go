@@ -111,12 +111,12 @@ func (t *Tx) Transition(ctx context.Context, c Change) (*op.Operation, error) {
 // staleOr explains a conditional write that matched no row: a *op.StaleError
 // saying what the operation is now, or op.ErrNotFound. Other errors pass
 // through, translated.
-func (t *Tx) staleOr(ctx context.Context, id string, want op.State, wantEpoch int64, err error) error {
+func (r reads) staleOr(ctx context.Context, id string, want op.State, wantEpoch int64, err error) error {
 	err = translate(err)
 	if !errors.Is(err, op.ErrNotFound) {
 		return fmt.Errorf("transition operation %s: %w", id, err)
 	}
-	cur, gerr := t.q.OperationGet(ctx, id)
+	cur, gerr := r.q.OperationGet(ctx, id)
 	if gerr != nil {
 		return fmt.Errorf("transition operation %s: %w", id, translate(gerr))
 	}

@@ -200,7 +200,7 @@ func TestTransitionIsConditional(t *testing.T) {
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM operation_events WHERE operation_id = $1`, o.ID))
 
 	// Claim: epoch 0 → 1, attempt 1.
-	claimed, att, err := b.store.BeginAttemptTx(b.ctx, o.ID, 0, "w1")
+	claimed, att, err := b.store.BeginAttempt(b.ctx, o.ID, 0, "w1")
 	require.NoError(t, err)
 	require.Equal(t, op.StateDispatched, claimed.State)
 	require.Equal(t, int64(1), claimed.LeaseEpoch)
@@ -243,7 +243,7 @@ func TestBeginAttemptOnlyOneWinner(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, err := b.store.BeginAttemptTx(b.ctx, res.Operation.ID, 0, fmt.Sprintf("w%d", i))
+			_, _, err := b.store.BeginAttempt(b.ctx, res.Operation.ID, 0, fmt.Sprintf("w%d", i))
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {
