@@ -113,7 +113,7 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 		return err
 	}
 	log = log.With().Str("attempt_id", att.ID).Int("attempt", att.Number).Str("workflow_id", o.WorkflowID).
-		Str("side_effect_class", string(o.Class)).Logger()
+		Str("side_effect_class", string(o.Class)).Str("args_hash", o.ArgsHash).Logger()
 
 	callCtx, cancel := context.WithTimeout(ctx, tool.Timeout)
 	res := ad.Call(callCtx, adapter.Request{

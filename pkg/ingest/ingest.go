@@ -120,6 +120,9 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 	if ans.Decision == op.DecisionRejected || ans.Decision == op.DecisionConflict {
 		ev = s.log.Warn().Str("reason", ans.Result.Reason)
 	}
+	if sub.Operation != nil {
+		ev = ev.Str("args_hash", sub.Operation.ArgsHash).Str("side_effect_class", string(sub.Operation.Class))
+	}
 	ev.Str("event_id", sub.EventID).Str("workflow_id", sub.WorkflowID).Str("tool", tool).
 		Str("operation_id", ans.Result.OperationID).Str("idempotency_key", ans.Result.IdempotencyKey).
 		Str("dedupe_decision", string(ans.Decision)).Str("status", ans.Result.Status).
