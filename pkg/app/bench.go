@@ -80,7 +80,7 @@ func RunBench(ctx context.Context, args []string, out io.Writer) error {
 	defer cl.Close()
 
 	// Warm up connections and caches.
-	if _, err := benchRun(ctx, cl, "wf_warm", 200, 0); err != nil {
+	if _, err := benchRun(ctx, cl, "wf_warm", 200); err != nil {
 		return err
 	}
 	if *cpuProfile != "" {
@@ -92,7 +92,7 @@ func RunBench(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 	}
-	thr, err := benchRun(ctx, cl, "wf_bench", cfg.Ops, 0)
+	thr, err := benchRun(ctx, cl, "wf_bench", cfg.Ops)
 	if *cpuProfile != "" {
 		pprof.StopCPUProfile()
 	}
@@ -133,7 +133,7 @@ func benchIntent(wf string, i int) wire.Intent {
 
 // benchRun publishes n intents as fast as JetStream takes them and waits for
 // n completed_success results.
-func benchRun(ctx context.Context, cl *client.Client, wf string, n int, _ int) (time.Duration, error) {
+func benchRun(ctx context.Context, cl *client.Client, wf string, n int) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	results, err := cl.Results(ctx, wire.ResultSubject(wf))
