@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -68,6 +69,13 @@ func (s *Service) Start(ctx context.Context) (stop func(), err error) {
 		Filters: []string{wire.IntentSubjectPrefix + ">"},
 	}, func(ctx context.Context, d bus.Delivery) error {
 		_, err := s.Ingest(ctx, d.Subject, d.Header, d.Data)
+		if errors.Is(err, op.ErrInvalid) {
+			// The database refused the bytes themselves; redelivering them
+			// would fail forever and hold a slot of the shared consumer.
+			sum := sha256.Sum256(d.Data)
+			s.log.Error().Err(err).Str("payload_sha256", hex.EncodeToString(sum[:])).Msg("intent refused by the ledger; dropped")
+			return bus.Permanent(err)
+		}
 		return err
 	})
 }
@@ -137,14 +145,18 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 	sub = store.Submission{Source: Source, Payload: body, Actor: "planner-ingest"}
 	in, err := wire.DecodeIntent(subject, msgID, body)
 	if err != nil {
-		// Without a trustworthy event id, key the inbox row by the header or,
-		// failing that, by the bytes themselves: a redelivery lands on the same row.
+		// Without a trustworthy event id, key the inbox row by the header if
+		// it is a valid id or, failing that, by the bytes themselves: a
+		// redelivery lands on the same row. Nothing unvalidated reaches a
+		// text column, so hostile bytes cannot make the write fail forever.
 		sub.EventID = msgID
-		if sub.EventID == "" {
+		if !wire.ValidID(sub.EventID) {
 			sum := sha256.Sum256(body)
 			sub.EventID = "sha256:" + hex.EncodeToString(sum[:])
 		}
-		sub.WorkflowID = strings.TrimPrefix(subject, wire.IntentSubjectPrefix)
+		if wf := strings.TrimPrefix(subject, wire.IntentSubjectPrefix); wire.ValidID(wf) {
+			sub.WorkflowID = wf
+		}
 		sub.RejectReason = reason(err)
 		return sub, "", sub.RejectReason
 	}
@@ -167,7 +179,13 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 	return sub, tool, ""
 }
 
-// reason is an error's text for a rejection, without the sentinel's suffix.
+// reason is an error's text for a rejection, without the sentinel's suffix,
+// made safe for a text column: valid UTF-8, no NUL, at most 500 bytes.
 func reason(err error) string {
-	return strings.TrimSuffix(err.Error(), ": "+op.ErrInvalid.Error())
+	s := strings.TrimSuffix(err.Error(), ": "+op.ErrInvalid.Error())
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
+	if len(s) > 500 {
+		s = wire.Clip(s[:500])
+	}
+	return s
 }

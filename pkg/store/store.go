@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -140,11 +141,14 @@ const (
 	codeUniqueViolation      = "23505"
 	codeSerializationFailure = "40001"
 	codeDeadlockDetected     = "40P01"
+	// classDataException covers values the database refuses (invalid UTF-8,
+	// NUL in text, out-of-range numbers): retrying cannot help.
+	classDataException = "22"
 )
 
 // translate maps driver errors to op's sentinels, keeping the original in the
 // chain for logs: no rows → ErrNotFound, unique violation → ErrConflict,
-// serialization failure or deadlock → ErrRetryable.
+// serialization failure or deadlock → ErrRetryable, data exception → ErrInvalid.
 func translate(err error) error {
 	if err == nil {
 		return nil
@@ -159,6 +163,9 @@ func translate(err error) error {
 			return fmt.Errorf("%w: %w", op.ErrConflict, err)
 		case codeSerializationFailure, codeDeadlockDetected:
 			return fmt.Errorf("%w: %w", op.ErrRetryable, err)
+		}
+		if strings.HasPrefix(pgErr.Code, classDataException) {
+			return fmt.Errorf("%w: %w", op.ErrInvalid, err)
 		}
 	}
 	return err

@@ -105,11 +105,11 @@ func DecodeIntent(subject, msgID string, body []byte) (*Intent, error) {
 	switch {
 	case in.Spec != SpecIntent:
 		return nil, fmt.Errorf("spec must be %q, got %q: %w", SpecIntent, Clip(in.Spec), op.ErrInvalid)
-	case !validID(in.EventID):
+	case !ValidID(in.EventID):
 		return nil, fmt.Errorf("event_id is required (1-%d printable characters): %w", MaxIDLen, op.ErrInvalid)
-	case !validID(in.WorkflowID) || strings.ContainsAny(in.WorkflowID, ".*> "):
+	case !ValidID(in.WorkflowID) || strings.ContainsAny(in.WorkflowID, ".*> "):
 		return nil, fmt.Errorf("workflow_id is required (1-%d printable characters, no '.', '*', '>' or spaces): %w", MaxIDLen, op.ErrInvalid)
-	case in.RunID != "" && !validID(in.RunID):
+	case in.RunID != "" && !ValidID(in.RunID):
 		return nil, fmt.Errorf("run_id must be 1-%d printable characters: %w", MaxIDLen, op.ErrInvalid)
 	case in.Tool == "":
 		return nil, fmt.Errorf("tool is required: %w", op.ErrInvalid)
@@ -123,7 +123,9 @@ func DecodeIntent(subject, msgID string, body []byte) (*Intent, error) {
 	return &in, nil
 }
 
-func validID(s string) bool {
+// ValidID reports whether s can serve as an event, workflow or run id: 1 to
+// MaxIDLen bytes of valid UTF-8 without control characters.
+func ValidID(s string) bool {
 	if s == "" || len(s) > MaxIDLen || !utf8.ValidString(s) {
 		return false
 	}
