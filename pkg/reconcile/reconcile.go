@@ -147,7 +147,10 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	}
 	tool, err := s.reg.Tool(o.Tool)
 	if err != nil {
-		return bus.Permanent(err)
+		// A live operation must not lose its only command to a registry
+		// that (during a rolling deploy, say) lacks its tool: retry later.
+		log.Error().Err(err).Msg("tool not in this instance's registry; will retry")
+		return err
 	}
 	looker, ok := s.adapters[o.Tool].(adapter.Looker)
 	if !ok || tool.Adapter.HTTP.Lookup == nil {
@@ -171,19 +174,50 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 			return s.escalate(ctx, o, cmd.EventID, tp, "the vendor still reports the effect as pending", log)
 		}
 		return errLookAgain
+	case lr.Found && lr.Outcome == op.OutcomePermanent:
+		s.m.Reconciled(o.Tool, "found_failed")
+		return s.resolve(ctx, tool, o, op.EventFailPermanent, lr.ExternalObjectID, cmd.EventID, tp, "the vendor reports the effect failed", log)
 	case lr.Found:
 		s.m.Reconciled(o.Tool, "found")
 		return s.resolve(ctx, tool, o, op.EventSucceed, lr.ExternalObjectID, cmd.EventID, tp, "found at vendor", log)
 	case o.State == op.StateAcknowledged:
-		// The vendor accepted it once but has no record now: nobody knows.
+		// The vendor confirmed it received the request, yet has no record:
+		// "not found" proves nothing here, and re-sending could duplicate it.
 		s.m.Reconciled(o.Tool, "not_found")
-		return s.resolve(ctx, tool, o, op.EventOutcomeUnknown, "", cmd.EventID, tp, "accepted earlier, no record at the vendor now", log)
+		return s.escalate(ctx, o, cmd.EventID, tp, "the vendor acknowledged the request but its lookup has no record of it", log)
 	case time.Since(o.UpdatedAt) < s.cfg.SettleDelay:
 		return errLookAgain
+	}
+	// Not found, settled. That means "never applied" only if the vendor never
+	// told us it had the request: an answered 2xx (an unreadable body) or an
+	// acknowledgement on an attempt since the last dispatch is evidence it did.
+	received, err := s.vendorAnswered(ctx, o)
+	if err != nil {
+		return err
+	}
+	switch {
+	case received:
+		s.m.Reconciled(o.Tool, "not_found")
+		return s.escalate(ctx, o, cmd.EventID, tp, "the vendor answered the request but its lookup has no record of it", log)
 	default:
 		s.m.Reconciled(o.Tool, "not_found")
 		return s.resolve(ctx, tool, o, op.EventFailRetryable, "", cmd.EventID, tp, "vendor has no record: never applied", log)
 	}
+}
+
+// vendorAnswered reports whether the operation's latest attempt got an
+// answer from the vendor that shows it received the request (a 2xx, or an
+// acknowledgement), even though the outcome was recorded as unknown.
+func (s *Service) vendorAnswered(ctx context.Context, o *op.Operation) (bool, error) {
+	atts, err := s.store.Attempts(ctx, o.ID)
+	if err != nil {
+		return false, err
+	}
+	if len(atts) == 0 {
+		return false, nil
+	}
+	last := atts[len(atts)-1]
+	return last.Outcome == op.OutcomeAcknowledged || (last.HTTPStatus >= 200 && last.HTTPStatus < 300), nil
 }
 
 func (s *Service) resolve(ctx context.Context, tool *registry.Tool, o *op.Operation, ev op.Event, extID, eventID string,

@@ -231,9 +231,11 @@ func TestSweepFencesDeadDispatcher(t *testing.T) {
 	require.Equal(t, "evt_order_1", unknown.EventID, "the sweeper's command names the event that created the operation")
 	outboxBefore := len(b.Outbox(t))
 
-	// The dead dispatcher wakes up with a success it believes in.
+	// The dead dispatcher wakes up and records that its call timed out. (Had
+	// it recorded a 2xx, the reconciler would escalate instead of retrying:
+	// see TestAnsweredButNotFoundEscalates.)
 	_, err = dispatch.Record(b.Ctx, b.Store, tool, claimed, att,
-		adapter.Result{Outcome: op.OutcomeSuccess, HTTPStatus: 200, ExternalObjectID: "ch_late"},
+		adapter.Result{Outcome: op.OutcomeUnknown, ErrorCategory: "timeout", Error: "deadline exceeded"},
 		"evt_order_1", telemetry.FromTraceID(o.TraceID))
 	require.Error(t, err)
 	require.True(t, errors.Is(err, op.ErrStale), "late record: %v", err)
@@ -249,8 +251,8 @@ func TestSweepFencesDeadDispatcher(t *testing.T) {
 	// reconciles), but nothing else moved: the operation, above, is as the
 	// sweeper left it.
 	require.False(t, attempts[0].FinishedAt.IsZero(), "the late answer is kept on the attempt")
-	require.Equal(t, op.OutcomeSuccess, attempts[0].Outcome)
-	require.Equal(t, "ch_late", attempts[0].ExternalObjectID)
+	require.Equal(t, op.OutcomeUnknown, attempts[0].Outcome)
+	require.Equal(t, "timeout", attempts[0].ErrorCategory)
 	require.Zero(t, b.Vendors.Stats().Requests[vendors.RouteCapture])
 
 	// The harder case for the fence: the operation is back in dispatched,
