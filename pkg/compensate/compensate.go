@@ -173,10 +173,17 @@ func Request(ctx context.Context, st *store.Store, reg *registry.Registry, origi
 		if err != nil {
 			return err
 		}
-		comp = res.Operation
-		if res.Decision != op.DecisionNew {
+		switch {
+		case res.Decision == op.DecisionDuplicateEvent && res.FirstDecision == op.DecisionNew:
+			comp = res.Operation
 			return nil // asked before: the same compensation stands
+		case res.Decision != op.DecisionNew:
+			// The playbook's key belongs to another operation (say, the agent
+			// already refunded this charge by hand): not this compensation.
+			return fmt.Errorf("compensation of %s would be %s of operation %s (%s): %w",
+				orig.ID, res.Decision, opID(res.Operation), res.Reason, op.ErrConflict)
 		}
+		comp = res.Operation
 		_, err = tx.Transition(ctx, store.Change{OperationID: orig.ID, From: orig.State, LeaseEpoch: orig.LeaseEpoch,
 			Event: op.EventCompensate, Actor: actor, Detail: map[string]string{"compensation_operation_id": comp.ID, "reason": reason}})
 		return err
@@ -185,6 +192,13 @@ func Request(ctx context.Context, st *store.Store, reg *registry.Registry, origi
 		return nil, fmt.Errorf("compensate %s: %w", originalID, err)
 	}
 	return comp, nil
+}
+
+func opID(o *op.Operation) string {
+	if o == nil {
+		return "-"
+	}
+	return o.ID
 }
 
 // PlaybookArgs renders a playbook's argument templates over the original

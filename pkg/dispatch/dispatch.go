@@ -87,16 +87,23 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 		Str("idempotency_key", cmd.IdempotencyKey).Str("trace_id", tp.TraceID).Logger()
 
 	tool, err := s.reg.Tool(cmd.Tool)
-	if err != nil {
-		return bus.Permanent(err)
-	}
 	ad := s.adapters[cmd.Tool]
-	if ad == nil {
-		return bus.Permanent(fmt.Errorf("dispatch: no adapter for tool %s", cmd.Tool))
+	if err != nil || ad == nil {
+		// The command belongs to a live operation: never drop it because
+		// this instance's registry lacks the tool (a rolling deploy, say).
+		log.Error().Err(err).Msg("tool or adapter unknown to this dispatcher; will retry")
+		return fmt.Errorf("dispatch: tool %s unknown to this instance", wire.Clip(cmd.Tool))
 	}
 
-	// Claim: commit dispatched + attempt before any vendor call.
-	o, att, err := s.store.BeginAttempt(ctx, cmd.OperationID, cmd.LeaseEpoch, s.cfg.Name)
+	// The whole attempt, claim included, must end within the tool's timeout
+	// counted from before the claim: the sweeper fences an attempt off once
+	// that time (plus grace) has passed since the claim committed, and a
+	// dispatcher whose claim answer arrived late must not call the vendor
+	// after that, when another attempt may already be under way.
+	deadline := time.Now().Add(tool.Timeout)
+	claimCtx, cancelClaim := context.WithDeadline(ctx, deadline)
+	o, att, err := s.store.BeginAttempt(claimCtx, cmd.OperationID, cmd.LeaseEpoch, s.cfg.Name)
+	cancelClaim()
 	var stale *op.StaleError
 	switch {
 	case errors.As(err, &stale):
@@ -115,12 +122,20 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	log = log.With().Str("attempt_id", att.ID).Int("attempt", att.Number).Str("workflow_id", o.WorkflowID).
 		Str("side_effect_class", string(o.Class)).Str("args_hash", o.ArgsHash).Logger()
 
-	callCtx, cancel := context.WithTimeout(ctx, tool.Timeout)
-	res := ad.Call(callCtx, adapter.Request{
-		OperationID: o.ID, AttemptID: att.ID, Tool: o.Tool, IdempotencyKey: o.IdempotencyKey, Args: o.Args,
-		Header: map[string][]string{wire.HeaderTraceparent: {tp.Child().String()}},
-	})
-	cancel()
+	var res adapter.Result
+	if remaining := time.Until(deadline); remaining < minCallTime {
+		// Too late to call safely: nothing was sent, so this is a failure
+		// that may be retried under the same key.
+		res = adapter.Result{Outcome: op.OutcomeRetryable, ErrorCategory: "not_sent",
+			Error: fmt.Sprintf("claim took too long; %s of the tool's %s timeout left, not sent", remaining.Round(time.Millisecond), tool.Timeout)}
+	} else {
+		callCtx, cancel := context.WithDeadline(ctx, deadline)
+		res = ad.Call(callCtx, adapter.Request{
+			OperationID: o.ID, AttemptID: att.ID, Tool: o.Tool, IdempotencyKey: o.IdempotencyKey, Args: o.Args,
+			Header: map[string][]string{wire.HeaderTraceparent: {tp.Child().String()}},
+		})
+		cancel()
+	}
 	s.m.Attempt(o.Tool, string(o.Class), string(res.Outcome), res.ErrorCategory, res.Latency)
 
 	// Record with a context that outlives shutdown: the vendor already acted.
@@ -175,11 +190,13 @@ func Record(ctx context.Context, st *store.Store, tool *registry.Tool, o *op.Ope
 		}
 		return cur, nil
 	}
+	// The attempt row records the vendor's answer on its own, first, so that
+	// it survives even if the transition below finds the attempt fenced off.
+	if _, err := st.FinishAttempt(ctx, att); err != nil {
+		return nil, fmt.Errorf("record attempt %s of operation %s: %w", att.ID, o.ID, err)
+	}
 	var out *op.Operation
 	err := st.InTx(ctx, func(tx *store.Tx) error {
-		if _, err := tx.FinishAttempt(ctx, att); err != nil {
-			return err
-		}
 		cur, err := tx.Transition(ctx, store.Change{
 			OperationID: o.ID, From: op.StateDispatched, LeaseEpoch: o.LeaseEpoch, Event: res.Outcome.Event(),
 			ExternalRequestID: res.ExternalRequestID, ExternalObjectID: res.ExternalObjectID,
@@ -252,6 +269,10 @@ func FollowUp(ctx context.Context, tx *store.Tx, tool *registry.Tool, cur *op.Op
 	msgs := followUpCommands(cur, eventID, tp)
 	return cur, msgs, nil
 }
+
+// minCallTime is the least time left before an attempt's deadline for which
+// a vendor call is still started.
+const minCallTime = 50 * time.Millisecond
 
 // AcknowledgedCheckDelay is how long after a vendor acknowledged a request
 // without completing it the reconciler first asks the vendor about it.

@@ -137,10 +137,19 @@ func (s *Store) RecordOutcome(ctx context.Context, oc Outcome) (*op.Operation, e
 // FinishAttempt records the outcome of an attempt, once. Errors:
 // op.ErrNotFound when the attempt does not exist or is already finished.
 func (t *Tx) FinishAttempt(ctx context.Context, a *op.Attempt) (*op.Attempt, error) {
-	row, err := t.q.AttemptFinish(ctx, dbsqlc.AttemptFinishParams{
+	return finishAttempt(ctx, t.reads, t.now(), a)
+}
+
+// FinishAttempt is Tx.FinishAttempt as a statement of its own.
+func (s *Store) FinishAttempt(ctx context.Context, a *op.Attempt) (*op.Attempt, error) {
+	return finishAttempt(ctx, s.reads, s.nowPtr(), a)
+}
+
+func finishAttempt(ctx context.Context, r reads, now *time.Time, a *op.Attempt) (*op.Attempt, error) {
+	row, err := r.q.AttemptFinish(ctx, dbsqlc.AttemptFinishParams{
 		ID: a.ID, Outcome: string(a.Outcome), ErrorCategory: a.ErrorCategory, Error: a.Error,
 		HttpStatus: int32(a.HTTPStatus), ExternalRequestID: a.ExternalRequestID,
-		ExternalObjectID: a.ExternalObjectID, Now: t.now(),
+		ExternalObjectID: a.ExternalObjectID, Now: now,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("finish attempt %s: %w", a.ID, translate(err))
