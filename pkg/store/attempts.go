@@ -106,11 +106,12 @@ func (s *Store) RecordOutcome(ctx context.Context, oc Outcome) (*op.Operation, e
 	case to == op.StateCompletedSuccess || to == op.StateCompletedNoop:
 		after.LastErrorCategory, after.LastError = "", ""
 	}
-	now := time.Now().UTC()
+	// The rows take the database's clock, like every other write; only the
+	// result built here before the statement carries this host's clock.
+	after.UpdatedAt = time.Now().UTC()
 	if p := s.nowPtr(); p != nil {
-		now = *p
+		after.UpdatedAt = *p
 	}
-	after.UpdatedAt = now
 	var rows outboxRows
 	if oc.Outbox != nil {
 		if err := rows.add(oc.Outbox(&after)); err != nil {
@@ -118,7 +119,7 @@ func (s *Store) RecordOutcome(ctx context.Context, oc Outcome) (*op.Operation, e
 		}
 	}
 	row, err := s.q.OperationRecordOutcome(ctx, dbsqlc.OperationRecordOutcomeParams{
-		Now: &now, Outcome: string(a.Outcome), ErrorCategory: a.ErrorCategory, Error: a.Error,
+		Now: s.nowPtr(), Outcome: string(a.Outcome), ErrorCategory: a.ErrorCategory, Error: a.Error,
 		HttpStatus: int32(a.HTTPStatus), ExternalRequestID: a.ExternalRequestID, ExternalObjectID: a.ExternalObjectID,
 		AttemptID: a.ID, ToState: string(to), LastErrorCategory: after.LastErrorCategory, LastError: after.LastError,
 		ID: o.ID, LeaseEpoch: o.LeaseEpoch, Event: string(ev), Actor: oc.Actor, Detail: detail,
