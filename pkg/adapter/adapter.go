@@ -46,11 +46,22 @@ type Result struct {
 // LookupResult is what a vendor says about an earlier request, found by our
 // idempotency key or client reference.
 type LookupResult struct {
-	// Found is true when the vendor has a record of the effect.
+	// Found is true when the vendor has a record of the effect. A found
+	// record is not by itself a success: read Outcome.
 	Found bool
-	// Outcome is the vendor's state of the found effect (success, or
-	// acknowledged while still pending); meaningless when Found is false.
-	Outcome          op.Outcome
+	// Outcome is the vendor's state of the found effect; meaningless when
+	// Found is false. It is one of:
+	//   - op.OutcomeSuccess: the effect happened;
+	//   - op.OutcomeAcknowledged: the vendor has it but it is still pending
+	//     (look again later);
+	//   - op.OutcomePermanent: the vendor has it and reports that it failed
+	//     for good (e.g. a charge with status "failed").
+	// An answer a Looker cannot read as one of these (an unrecognised
+	// vendor status, a found body without the expected id) is an error, not
+	// a LookupResult.
+	Outcome op.Outcome
+	// ExternalObjectID is the vendor's id of the found record, when the
+	// adapter knows where to read it; it may be set with any Outcome.
 	ExternalObjectID string
 	HTTPStatus       int
 }

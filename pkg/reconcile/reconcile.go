@@ -177,6 +177,8 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	case lr.Found && lr.Outcome == op.OutcomePermanent:
 		s.m.Reconciled(o.Tool, "found_failed")
 		return s.resolve(ctx, tool, o, op.EventFailPermanent, lr.ExternalObjectID, cmd.EventID, tp, "the vendor reports the effect failed", log)
+	case lr.Found && lr.Outcome != op.OutcomeSuccess:
+		return fmt.Errorf("reconcile: lookup reported found with outcome %q", lr.Outcome)
 	case lr.Found:
 		s.m.Reconciled(o.Tool, "found")
 		return s.resolve(ctx, tool, o, op.EventSucceed, lr.ExternalObjectID, cmd.EventID, tp, "found at vendor", log)

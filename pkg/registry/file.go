@@ -2,6 +2,7 @@ package registry
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -88,6 +89,8 @@ type fileLookup struct {
 	ExternalIDPointer string   `yaml:"external_id_pointer"`
 	StatusPointer     string   `yaml:"status_pointer"`
 	PendingValues     []string `yaml:"pending_values"`
+	SucceededValues   []string `yaml:"succeeded_values"`
+	FailedValues      []string `yaml:"failed_values"`
 }
 
 // problems collects the problems of one tool.
@@ -291,10 +294,12 @@ func (p *problems) adapter(t *Tool, fa *fileAdapter, opts Options) {
 		if !strings.HasPrefix(l.Path, "/") {
 			p.add("adapter.lookup.path", "must start with /, got %q", l.Path)
 		}
+		p.lookupValues(l)
 		cfg.Lookup = &httpadapter.LookupConfig{
 			Method: l.Method, URL: strings.TrimRight(base, "/") + l.Path, FoundStatus: l.FoundStatus,
 			NotFoundStatus: l.NotFoundStatus, ExternalIDPointer: l.ExternalIDPointer,
 			StatusPointer: l.StatusPointer, PendingValues: l.PendingValues,
+			SucceededValues: l.SucceededValues, FailedValues: l.FailedValues,
 		}
 	} else if t.Class == op.ClassExternalIrreversible || t.Class == op.ClassExternalNonIdempotent {
 		p.add("adapter.lookup", "a %s tool needs a lookup so ambiguous outcomes can be reconciled", t.Class)
@@ -302,10 +307,80 @@ func (p *problems) adapter(t *Tool, fa *fileAdapter, opts Options) {
 	if base != "" {
 		// Validate the whole adapter config the way it will be used.
 		if _, err := httpadapter.New(cfg, nil); err != nil {
-			p.add("adapter", "%v", err)
+			p.configError(err)
 		}
 	}
 	t.Adapter.HTTP = cfg
+}
+
+// lookupValues reports every problem with the lookup's status value lists,
+// each under its own field: httpadapter.New stops at the first.
+func (p *problems) lookupValues(l *fileLookup) {
+	lists := []struct {
+		field  string
+		values []string
+	}{
+		{"adapter.lookup.pending_values", l.PendingValues},
+		{"adapter.lookup.failed_values", l.FailedValues},
+		{"adapter.lookup.succeeded_values", l.SucceededValues},
+	}
+	seen := map[string]string{} // value -> field of the first list holding it
+	for _, list := range lists {
+		if len(list.values) > 0 && l.StatusPointer == "" {
+			p.add(list.field, "needs adapter.lookup.status_pointer")
+		}
+		for _, v := range list.values {
+			if v == "" {
+				p.add(list.field, "contains an empty value")
+				continue
+			}
+			if other, dup := seen[v]; dup && other != list.field {
+				p.add(list.field, "%q is also in %s", v, other)
+				continue
+			}
+			seen[v] = list.field
+		}
+	}
+}
+
+// configFields maps httpadapter.ConfigError fields to registry fields.
+var configFields = map[string]string{
+	"Method": "adapter.method", "URL": "adapter.path", "Headers": "adapter.headers",
+	"IdempotencyHeader": "adapter.idempotency_header", "ReferenceHeader": "adapter.reference_header",
+	"RequestIDHeader": "adapter.request_id_header", "ReplayedHeader": "adapter.replayed_header",
+	"Timeout": "timeout", "StatusOutcomes": "adapter.status_outcomes", "ExternalIDPointer": "adapter.external_id_pointer",
+	"Lookup.Method": "adapter.lookup.method", "Lookup.URL": "adapter.lookup.path",
+	"Lookup.FoundStatus": "adapter.lookup.found_status", "Lookup.NotFoundStatus": "adapter.lookup.not_found_status",
+	"Lookup.ExternalIDPointer": "adapter.lookup.external_id_pointer", "Lookup.StatusPointer": "adapter.lookup.status_pointer",
+	"Lookup.PendingValues": "adapter.lookup.pending_values", "Lookup.FailedValues": "adapter.lookup.failed_values",
+	"Lookup.SucceededValues": "adapter.lookup.succeeded_values",
+}
+
+// configError reports an httpadapter.New error under the registry field it
+// is about, unless that field already has a problem (found by compile
+// itself); an error naming no known field is reported under "adapter".
+func (p *problems) configError(err error) {
+	var ce *httpadapter.ConfigError
+	if !errors.As(err, &ce) {
+		p.add("adapter", "%v", err)
+		return
+	}
+	name, key, _ := strings.Cut(ce.Field, "[") // Headers["X-Key"], StatusOutcomes["409"]
+	field, ok := configFields[name]
+	if !ok {
+		p.add("adapter", "%v", err)
+		return
+	}
+	for _, had := range p.list {
+		if had.Field == field {
+			return
+		}
+	}
+	if key != "" {
+		p.add(field, "[%s: %s", key, ce.Reason)
+		return
+	}
+	p.add(field, "%s", ce.Reason)
 }
 
 // checkFields reports template placeholders that are not arguments.

@@ -1,16 +1,21 @@
 package registry_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/opledger/opledger/pkg/adapter"
+	"github.com/opledger/opledger/pkg/adapter/httpadapter"
 	"github.com/opledger/opledger/pkg/canon"
 	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/registry"
+	vendorsim "github.com/opledger/opledger/pkg/vendors"
 )
 
 var vendors = registry.Options{Vendors: map[string]string{
@@ -183,4 +188,136 @@ func TestVendorURLFromEnvironment(t *testing.T) {
 	}
 	_, err = registry.Load(data, registry.Options{})
 	require.NoError(t, err)
+}
+
+func TestExampleLookupStatusValues(t *testing.T) {
+	t.Parallel()
+	reg := loadExample(t)
+	for tool, succeeded := range map[string][]string{
+		"capture_payment": {"succeeded"}, "refund_payment": {"succeeded"},
+		"send_email": {"queued", "delivered"}, "create_ticket": {"open"},
+	} {
+		tl, err := reg.Tool(tool)
+		require.NoError(t, err)
+		l := tl.Adapter.HTTP.Lookup
+		require.NotNil(t, l, tool)
+		require.Equal(t, "/status", l.StatusPointer, tool)
+		require.Equal(t, succeeded, l.SucceededValues, tool)
+		require.Empty(t, l.FailedValues, tool)
+		require.Empty(t, l.PendingValues, tool)
+	}
+}
+
+// TestExampleLookupsAgainstVendors runs each example tool's call and lookup
+// against the local vendors: the configured status values must be the ones
+// the vendors really answer.
+func TestExampleLookupsAgainstVendors(t *testing.T) {
+	t.Parallel()
+	v, err := vendorsim.Start(vendorsim.Options{})
+	require.NoError(t, err)
+	t.Cleanup(v.Close)
+	data, err := os.ReadFile("../../examples/registry.yaml")
+	require.NoError(t, err)
+	opts := registry.Options{Vendors: map[string]string{}}
+	for _, name := range []string{"payments", "email", "tickets", "crm", "accounts"} {
+		opts.Vendors[name] = v.URL()
+	}
+	reg, err := registry.Load(data, opts)
+	require.NoError(t, err)
+
+	ctx := context.Background()
+	run := func(tool, args string) adapter.LookupResult {
+		t.Helper()
+		tl, err := reg.Tool(tool)
+		require.NoError(t, err)
+		p, err := tl.Prepare(registry.Proposal{WorkflowID: "wf", Args: []byte(args)})
+		require.NoError(t, err)
+		a, err := httpadapter.New(tl.Adapter.HTTP, nil)
+		require.NoError(t, err)
+		req := adapter.Request{OperationID: op.NewID("op"), Tool: tool, IdempotencyKey: p.Operation.IdempotencyKey, Args: p.Operation.Args}
+		lr, err := a.Lookup(ctx, req)
+		require.NoError(t, err, tool)
+		require.False(t, lr.Found, tool)
+		res := a.Call(ctx, req)
+		require.Equal(t, op.OutcomeSuccess, res.Outcome, "%s: %s", tool, res.Error)
+		lr, err = a.Lookup(ctx, req)
+		require.NoError(t, err, tool)
+		require.Equal(t, adapter.LookupResult{Found: true, Outcome: op.OutcomeSuccess, ExternalObjectID: res.ExternalObjectID,
+			HTTPStatus: 200}, lr, tool)
+		return lr
+	}
+	ch := run("capture_payment", `{"order_id":"o1","customer_id":"c1","amount_cents":4900,"currency":"USD"}`)
+	run("refund_payment", `{"charge_id":"`+ch.ExternalObjectID+`","amount_cents":100}`)
+	run("send_email", `{"to":"a@example.com","template":"payment_receipt","reference":"o1"}`)
+	run("create_ticket", `{"conversation_id":"conv1","queue":"billing","summary":"refund please"}`)
+}
+
+func TestLoadLookupStatusValues(t *testing.T) {
+	t.Parallel()
+	const tmpl = `
+version: 1
+tools:
+  pay:
+    side_effect_class: external_irreversible
+    version: 1
+    key_template: "pay:{order_id}"
+    args_schema: {type: object, properties: {order_id: {type: string}}}
+    approval: {when: always}
+    adapter:
+      type: http
+      vendor: payments
+      path: /v1/pay
+      lookup:
+        path: "/v1/pay?key={idempotency_key}"
+        external_id_pointer: /id
+%s`
+	opts := registry.Options{Vendors: map[string]string{"payments": "http://127.0.0.1:9"}}
+
+	reg, err := registry.Load([]byte(fmt.Sprintf(tmpl, `        status_pointer: /status
+        pending_values: [pending]
+        failed_values: [failed, canceled]
+        succeeded_values: [succeeded]
+`)), opts)
+	require.NoError(t, err)
+	tl, err := reg.Tool("pay")
+	require.NoError(t, err)
+	l := tl.Adapter.HTTP.Lookup
+	require.Equal(t, []string{"pending"}, l.PendingValues)
+	require.Equal(t, []string{"failed", "canceled"}, l.FailedValues)
+	require.Equal(t, []string{"succeeded"}, l.SucceededValues)
+
+	for name, tc := range map[string]struct {
+		lookup string
+		want   []string
+	}{
+		"lists without status_pointer": {`        failed_values: [failed]
+        succeeded_values: [succeeded]
+`, []string{
+			"tool pay: adapter.lookup.failed_values: needs adapter.lookup.status_pointer",
+			"tool pay: adapter.lookup.succeeded_values: needs adapter.lookup.status_pointer",
+		}},
+		"overlapping lists": {`        status_pointer: /status
+        pending_values: [pending]
+        failed_values: [failed, pending]
+        succeeded_values: [succeeded, failed]
+`, []string{
+			`tool pay: adapter.lookup.failed_values: "pending" is also in adapter.lookup.pending_values`,
+			`tool pay: adapter.lookup.succeeded_values: "failed" is also in adapter.lookup.failed_values`,
+		}},
+		"empty value": {`        status_pointer: /status
+        succeeded_values: [""]
+`, []string{"tool pay: adapter.lookup.succeeded_values: contains an empty value"}},
+		"bad status_pointer": {`        status_pointer: status
+`, []string{`tool pay: adapter.lookup.status_pointer: JSON pointer must start with "/"`}},
+	} {
+		_, err := registry.Load([]byte(fmt.Sprintf(tmpl, tc.lookup)), opts)
+		var le *registry.LoadError
+		require.True(t, errors.As(err, &le), "%s: %v", name, err)
+		require.ErrorIs(t, err, op.ErrInvalid)
+		msg := err.Error()
+		for _, w := range tc.want {
+			require.Contains(t, msg, w, name)
+		}
+		require.Len(t, le.Problems, len(tc.want), "%s: each problem once, under its own field: %s", name, msg)
+	}
 }

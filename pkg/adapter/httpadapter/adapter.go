@@ -38,6 +38,9 @@ const (
 	// CategoryUnexpectedStatus: a status outside 4xx/5xx that did not map to
 	// a positive outcome (a 3xx, or a 2xx the operator mapped otherwise).
 	CategoryUnexpectedStatus = "unexpected_status"
+	// CategoryUnrecognizedValue (lookups only): the found body's vendor
+	// status is in none of the configured value lists.
+	CategoryUnrecognizedValue = "unrecognized_value"
 )
 
 // maxResponse bounds how much of a response body is read.
@@ -181,11 +184,25 @@ func (e *LookupError) Error() string { return "httpadapter: lookup failed: " + e
 func (a *Adapter) HasLookup() bool { return a.lookup != nil }
 
 // Lookup asks the vendor about the effect of req (by its idempotency key or
-// other template fields). FoundStatus gives Found with OutcomeSuccess, or
-// OutcomeAcknowledged when the vendor status is one of PendingValues;
-// NotFoundStatus gives Found == false and a nil error. Any other status, a
-// transport failure or an unreadable found body returns a *LookupError;
-// an adapter without Lookup returns ErrNoLookup.
+// other template fields).
+//
+// NotFoundStatus gives Found == false and a nil error. FoundStatus gives
+// Found == true only when the body is evidence of a record:
+//   - with ExternalIDPointer set, the body must be JSON with a non-empty
+//     scalar there (ExternalObjectID); otherwise it is an error, category
+//     malformed_response (e.g. a search endpoint's {"data":[]});
+//   - with StatusPointer set, the body must hold a non-empty scalar status
+//     there (else malformed_response), which maps to OutcomeAcknowledged if
+//     in PendingValues, OutcomePermanent if in FailedValues, OutcomeSuccess
+//     if in SucceededValues or, when SucceededValues is empty, if in neither
+//     other list; a status in no list while SucceededValues is set is an
+//     error, category unrecognized_value;
+//   - with neither pointer set, the body is not read: OutcomeSuccess.
+//
+// Any other HTTP status, a transport failure or an unreadable body is also
+// a *LookupError (HTTPStatus set when there was a response); an adapter
+// without Lookup returns ErrNoLookup. On an error the LookupResult carries
+// only HTTPStatus.
 func (a *Adapter) Lookup(ctx context.Context, req adapter.Request) (adapter.LookupResult, error) {
 	l := a.lookup
 	if l == nil {
@@ -211,35 +228,55 @@ func (a *Adapter) Lookup(ctx context.Context, req adapter.Request) (adapter.Look
 	}
 	defer drainClose(resp.Body)
 
-	out := adapter.LookupResult{HTTPStatus: resp.StatusCode}
-	switch resp.StatusCode {
+	code := resp.StatusCode
+	switch code {
 	case l.notFound:
-		return out, nil
+		return adapter.LookupResult{HTTPStatus: code}, nil
 	case l.found:
 	default:
-		return out, &LookupError{HTTPStatus: resp.StatusCode, Category: categoryFor(resp.StatusCode),
-			Reason: "vendor answered HTTP " + strconv.Itoa(resp.StatusCode)}
+		return adapter.LookupResult{HTTPStatus: code}, &LookupError{HTTPStatus: code, Category: categoryFor(code),
+			Reason: "vendor answered HTTP " + strconv.Itoa(code)}
 	}
-	out.Found, out.Outcome = true, op.OutcomeSuccess
 	if l.idPointer == nil && l.statusPointer == nil {
-		return out, nil
+		return adapter.LookupResult{HTTPStatus: code, Found: true, Outcome: op.OutcomeSuccess}, nil
+	}
+	fail := func(category, reason string) (adapter.LookupResult, error) {
+		return adapter.LookupResult{HTTPStatus: code}, &LookupError{HTTPStatus: code, Category: category, Reason: reason}
 	}
 	raw, err := readBody(resp.Body)
 	if err != nil {
-		return adapter.LookupResult{HTTPStatus: resp.StatusCode}, &LookupError{HTTPStatus: resp.StatusCode,
-			Category: CategoryConnection, Reason: "response body could not be read: " + describe(err)}
+		return fail(CategoryConnection, "response body could not be read: "+describe(err))
 	}
 	doc, err := parseJSON(raw)
 	if err != nil {
-		return adapter.LookupResult{HTTPStatus: resp.StatusCode}, &LookupError{HTTPStatus: resp.StatusCode,
-			Category: CategoryMalformedResponse, Reason: "response body is not JSON"}
+		return fail(CategoryMalformedResponse, "response body is not JSON")
 	}
-	if id, ok := scalarString(walk(doc, l.idPointer)); ok {
+	out := adapter.LookupResult{HTTPStatus: code, Found: true, Outcome: op.OutcomeSuccess}
+	if l.idPointer != nil {
+		id, ok := scalarString(walk(doc, l.idPointer))
+		if !ok || id == "" {
+			return fail(CategoryMalformedResponse, "found response has no object id at the configured pointer")
+		}
 		out.ExternalObjectID = id
 	}
 	if l.statusPointer != nil {
-		if st, ok := scalarString(walk(doc, l.statusPointer)); ok && slices.Contains(l.pendingValues, st) {
+		st, ok := scalarString(walk(doc, l.statusPointer))
+		if !ok || st == "" {
+			return fail(CategoryMalformedResponse, "found response has no status at the configured pointer")
+		}
+		switch {
+		case slices.Contains(l.pendingValues, st):
 			out.Outcome = op.OutcomeAcknowledged
+		case slices.Contains(l.failedValues, st):
+			out.Outcome = op.OutcomePermanent
+		case len(l.succeededValues) == 0 || slices.Contains(l.succeededValues, st):
+			out.Outcome = op.OutcomeSuccess
+		default:
+			reason := "vendor status is not a configured pending, failed or succeeded value"
+			if safeToken(st) {
+				reason = "vendor status " + strconv.Quote(st) + " is not a configured pending, failed or succeeded value"
+			}
+			return fail(CategoryUnrecognizedValue, reason)
 		}
 	}
 	return out, nil

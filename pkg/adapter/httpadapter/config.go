@@ -79,12 +79,27 @@ type LookupConfig struct {
 	FoundStatus    int
 	NotFoundStatus int
 	// ExternalIDPointer is a JSON pointer to the object id in the found body.
+	// When set, a found body without a non-empty id there (a search
+	// endpoint's empty list, say) is a lookup error, not a record.
 	ExternalIDPointer string
-	// StatusPointer is an optional JSON pointer to the vendor's status string.
+	// StatusPointer is an optional JSON pointer to the vendor's status in the
+	// found body. When set, a found body without a status there is a lookup
+	// error, and the status decides the outcome through the value lists
+	// below. When unset, a found record is OutcomeSuccess and the lists must
+	// be empty.
 	StatusPointer string
-	// PendingValues are vendor statuses that mean "still in progress": the
-	// lookup then reports OutcomeAcknowledged instead of OutcomeSuccess.
+	// PendingValues are vendor statuses that mean "still in progress":
+	// Found with OutcomeAcknowledged (look again later).
 	PendingValues []string
+	// FailedValues are vendor statuses that mean the effect failed for good:
+	// Found with OutcomePermanent.
+	FailedValues []string
+	// SucceededValues are vendor statuses that mean the effect happened:
+	// Found with OutcomeSuccess. When empty, every status that is neither
+	// pending nor failed counts as success; when not, any status in none of
+	// the three lists is a lookup error (an unrecognised status is not
+	// evidence either way). The three lists must not share a value.
+	SucceededValues []string
 }
 
 // ConfigError says which Config field New rejected and why. It matches
@@ -125,7 +140,10 @@ type lookup struct {
 	notFound      int
 	idPointer     []string
 	statusPointer []string
-	pendingValues []string
+	// Vendor status values; only used with statusPointer.
+	pendingValues   []string
+	failedValues    []string
+	succeededValues []string
 }
 
 // String names the adapter by method and vendor host only: formatting an
@@ -218,7 +236,8 @@ func New(cfg Config, client *http.Client) (*Adapter, error) {
 }
 
 func newLookup(cfg LookupConfig) (*lookup, error) {
-	l := &lookup{found: cfg.FoundStatus, notFound: cfg.NotFoundStatus, pendingValues: slices.Clone(cfg.PendingValues)}
+	l := &lookup{found: cfg.FoundStatus, notFound: cfg.NotFoundStatus, pendingValues: slices.Clone(cfg.PendingValues),
+		failedValues: slices.Clone(cfg.FailedValues), succeededValues: slices.Clone(cfg.SucceededValues)}
 	var err error
 	if l.method, err = parseMethod("Lookup.Method", cfg.Method, http.MethodGet, http.MethodGet, http.MethodPost); err != nil {
 		return nil, err
@@ -244,7 +263,42 @@ func newLookup(cfg LookupConfig) (*lookup, error) {
 	if l.statusPointer, err = parsePointer("Lookup.StatusPointer", cfg.StatusPointer); err != nil {
 		return nil, err
 	}
+	if err := checkStatusValues(l); err != nil {
+		return nil, err
+	}
 	return l, nil
+}
+
+// checkStatusValues validates the status value lists of a lookup: they need
+// a StatusPointer, hold no empty value, and share no value.
+func checkStatusValues(l *lookup) error {
+	lists := []struct {
+		field  string
+		values []string
+	}{
+		{"Lookup.PendingValues", l.pendingValues},
+		{"Lookup.FailedValues", l.failedValues},
+		{"Lookup.SucceededValues", l.succeededValues},
+	}
+	seen := map[string]string{} // value -> field of the first list holding it
+	for _, list := range lists {
+		if len(list.values) == 0 {
+			continue
+		}
+		if l.statusPointer == nil {
+			return &ConfigError{Field: list.field, Reason: "needs Lookup.StatusPointer"}
+		}
+		for _, v := range list.values {
+			if v == "" {
+				return &ConfigError{Field: list.field, Reason: "contains an empty value"}
+			}
+			if other, dup := seen[v]; dup && other != list.field {
+				return &ConfigError{Field: list.field, Reason: strconv.Quote(v) + " is also in " + other}
+			}
+			seen[v] = list.field
+		}
+	}
+	return nil
 }
 
 var outcomes = []op.Outcome{
