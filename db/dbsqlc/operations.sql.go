@@ -308,6 +308,70 @@ func (q *Queries) OperationListStuckDispatched(ctx context.Context, arg Operatio
 	return items, nil
 }
 
+const operationListUnattended = `-- name: OperationListUnattended :many
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at FROM operations o
+WHERE o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
+  AND o.updated_at < $1
+  AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL)
+ORDER BY o.updated_at
+LIMIT $2
+`
+
+type OperationListUnattendedParams struct {
+	OlderThan time.Time
+	MaxRows   int32
+}
+
+// Operations waiting on a command (pending_dispatch, unknown_outcome,
+// acknowledged) that changed before a cutoff and have no unsent outbox row:
+// their command was published and then lost (a terminated message, a stream
+// past its MaxAge, a JetStream failure). Without an index on state (so that
+// transitions stay HOT) this scans operations, so it runs rarely; the
+// NOT EXISTS probes only unsent outbox rows (outbox_unsent_idx), few by design.
+func (q *Queries) OperationListUnattended(ctx context.Context, arg OperationListUnattendedParams) ([]Operation, error) {
+	rows, err := q.db.Query(ctx, operationListUnattended, arg.OlderThan, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Operation{}
+	for rows.Next() {
+		var i Operation
+		if err := rows.Scan(
+			&i.ID,
+			&i.WorkflowID,
+			&i.RunID,
+			&i.Tool,
+			&i.ToolVersion,
+			&i.Intent,
+			&i.EntityType,
+			&i.EntityID,
+			&i.ArgsCanonical,
+			&i.ArgsHash,
+			&i.SideEffectClass,
+			&i.IdempotencyKey,
+			&i.State,
+			&i.AttemptCount,
+			&i.LeaseEpoch,
+			&i.ExternalRequestID,
+			&i.ExternalObjectID,
+			&i.CompensatesOperationID,
+			&i.TraceID,
+			&i.LastErrorCategory,
+			&i.LastError,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const operationTransition = `-- name: OperationTransition :one
 WITH changed AS (
     UPDATE operations SET

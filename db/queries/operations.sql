@@ -62,3 +62,17 @@ SELECT * FROM changed;
 
 -- name: OperationCountByState :many
 SELECT state, count(*)::bigint AS n FROM operations GROUP BY state ORDER BY state;
+
+-- name: OperationListUnattended :many
+-- Operations waiting on a command (pending_dispatch, unknown_outcome,
+-- acknowledged) that changed before a cutoff and have no unsent outbox row:
+-- their command was published and then lost (a terminated message, a stream
+-- past its MaxAge, a JetStream failure). Without an index on state (so that
+-- transitions stay HOT) this scans operations, so it runs rarely; the
+-- NOT EXISTS probes only unsent outbox rows (outbox_unsent_idx), few by design.
+SELECT o.* FROM operations o
+WHERE o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
+  AND o.updated_at < @older_than
+  AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL)
+ORDER BY o.updated_at
+LIMIT @max_rows;

@@ -49,6 +49,14 @@ type Config struct {
 	// MaxLookups escalates after this many deliveries of one reconcile
 	// command (default 20).
 	MaxLookups int
+	// RedriveAfter is how long an operation may wait in pending_dispatch,
+	// unknown_outcome or acknowledged with no command in the outbox before
+	// its command is written again (default 5m): the safety net for a
+	// command lost after it was published.
+	RedriveAfter time.Duration
+	// RedriveInterval is how often the sweeper looks for such operations
+	// (default 1m; the query scans operations).
+	RedriveInterval time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -72,6 +80,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxLookups <= 0 {
 		c.MaxLookups = 20
+	}
+	if c.RedriveAfter <= 0 {
+		c.RedriveAfter = 5 * time.Minute
+	}
+	if c.RedriveInterval <= 0 {
+		c.RedriveInterval = time.Minute
 	}
 }
 
@@ -108,13 +122,21 @@ func (s *Service) Start(ctx context.Context) (stop func(), err error) {
 		defer close(done)
 		t := time.NewTicker(s.cfg.SweepInterval)
 		defer t.Stop()
+		var lastRedrive time.Time
 		for {
 			select {
 			case <-sctx.Done():
 				return
-			case <-t.C:
-				if _, err := s.Sweep(sctx, time.Now()); err != nil && sctx.Err() == nil {
+			case now := <-t.C:
+				if _, err := s.Sweep(sctx, now); err != nil && sctx.Err() == nil {
 					s.log.Warn().Err(err).Msg("sweep failed")
+				}
+				if now.Sub(lastRedrive) < s.cfg.RedriveInterval {
+					continue
+				}
+				lastRedrive = now
+				if _, err := s.Redrive(sctx, now); err != nil && sctx.Err() == nil {
+					s.log.Warn().Err(err).Msg("redrive failed")
 				}
 			}
 		}
@@ -320,4 +342,39 @@ func (s *Service) Sweep(ctx context.Context, now time.Time) (int, error) {
 		}
 	}
 	return moved, nil
+}
+
+// Redrive writes the command again for operations that have waited longer
+// than RedriveAfter in pending_dispatch (a dispatch command), unknown_outcome
+// or acknowledged (a reconcile command) with nothing in the outbox to move
+// them: their command was published and then lost. The command carries the
+// operation's current state and epoch, so a late original and its copy are
+// told apart by the ledger and only one acts. It returns how many it wrote.
+func (s *Service) Redrive(ctx context.Context, now time.Time) (int, error) {
+	ops, err := s.store.OperationsUnattended(ctx, now.Add(-s.cfg.RedriveAfter), 100)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, o := range ops {
+		kind := wire.KindUnknown
+		if o.State == op.StatePendingDispatch {
+			kind = wire.KindDispatch
+		}
+		err := s.store.InTx(ctx, func(tx *store.Tx) error {
+			eventID, err := tx.OriginEventID(ctx, o.ID)
+			if err != nil {
+				return err
+			}
+			return tx.Enqueue(ctx, outbox.Command(kind, o, eventID, telemetry.FromTraceID(o.TraceID), time.Time{}))
+		})
+		if err != nil {
+			return n, err
+		}
+		n++
+		s.m.Redriven(kind, o.Tool)
+		s.log.Warn().Str("operation_id", o.ID).Str("tool", o.Tool).Str("idempotency_key", o.IdempotencyKey).
+			Str("state", string(o.State)).Dur("waiting", now.Sub(o.UpdatedAt)).Msg("command lost after publish; written again")
+	}
+	return n, nil
 }

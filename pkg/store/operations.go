@@ -184,6 +184,22 @@ func (r reads) OperationsStuckDispatched(ctx context.Context, cutoff time.Time, 
 	return out, nil
 }
 
+// OperationsUnattended returns up to limit operations in pending_dispatch,
+// unknown_outcome or acknowledged, unchanged since before cutoff, with no
+// unsent outbox row: the command that should move them was lost after it
+// was published. Oldest first.
+func (r reads) OperationsUnattended(ctx context.Context, cutoff time.Time, limit int) ([]*op.Operation, error) {
+	rows, err := r.q.OperationListUnattended(ctx, dbsqlc.OperationListUnattendedParams{OlderThan: cutoff, MaxRows: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("list unattended operations: %w", translate(err))
+	}
+	out := make([]*op.Operation, len(rows))
+	for i, row := range rows {
+		out[i] = toOperation(row)
+	}
+	return out, nil
+}
+
 // Events returns an operation's history in order.
 func (r reads) Events(ctx context.Context, operationID string) ([]op.EventRecord, error) {
 	rows, err := r.q.OperationEventList(ctx, operationID)

@@ -16,6 +16,7 @@ type Metrics struct {
 	transitions *prometheus.CounterVec
 	redelivered *prometheus.CounterVec
 	reconciled  *prometheus.CounterVec
+	redriven    *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg.
@@ -42,8 +43,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opledger_reconciliations_total", Help: "Reconciliation results by tool and verdict (found, not_found, pending, error, escalated).",
 		}, []string{"tool", "verdict"}),
+		redriven: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opledger_commands_redriven_total", Help: "Commands written again because an operation waited too long with none in the outbox (a command lost after publish).",
+		}, []string{"kind", "tool"}),
 	}
-	reg.MustRegister(m.intents, m.intentLat, m.attempts, m.dispatchLat, m.transitions, m.redelivered, m.reconciled)
+	reg.MustRegister(m.intents, m.intentLat, m.attempts, m.dispatchLat, m.transitions, m.redelivered, m.reconciled, m.redriven)
 	return m
 }
 
@@ -87,4 +91,12 @@ func (m *Metrics) Reconciled(tool, verdict string) {
 		return
 	}
 	m.reconciled.WithLabelValues(tool, verdict).Inc()
+}
+
+// Redriven counts a command written again for an unattended operation.
+func (m *Metrics) Redriven(kind, tool string) {
+	if m == nil {
+		return
+	}
+	m.redriven.WithLabelValues(kind, tool).Inc()
 }
