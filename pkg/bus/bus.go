@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"time"
 
@@ -37,7 +38,7 @@ func Connect(ctx context.Context, url, name string, log zerolog.Logger) (*Bus, e
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("nats reconnected") }))
 	if err != nil {
-		return nil, fmt.Errorf("bus: connect %s: %w", url, err)
+		return nil, fmt.Errorf("bus: connect %s: %w", redactURL(url), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -180,7 +181,9 @@ type Delivery struct {
 
 // Handler processes a delivery. Returning nil acknowledges it; an error wrapped
 // with Permanent terminates it (it will not be redelivered); any other error
-// asks for redelivery after a backoff.
+// asks for redelivery after a backoff. ctx is not the context given to
+// Consume: it is cancelled only when a stop has waited ShutdownGrace for the
+// handler to return (see Consume), and a handler should then give up promptly.
 type Handler func(ctx context.Context, d Delivery) error
 
 type permanentError struct{ err error }
@@ -206,10 +209,44 @@ type ConsumerConfig struct {
 	MaxDeliver int
 	// MaxAckPending bounds deliveries in flight across the fleet (default 1024).
 	MaxAckPending int
+	// ShutdownGrace bounds how long stopping waits for in-flight handlers
+	// before it cancels their context (default 30s). See Consume.
+	ShutdownGrace time.Duration
 }
 
-// Consume starts processing deliveries until ctx ends or the returned stop
-// function is called; stop waits for in-flight handlers.
+// Consume starts processing deliveries with up to cfg.Workers concurrent
+// calls of h. It runs until the returned stop function is called or ctx ends;
+// when ctx ends, a goroutine calls stop itself.
+//
+// Handlers do not run with ctx: they get a context that carries ctx's values
+// but neither its cancellation nor its deadline, so cancelling ctx (SIGTERM,
+// a deploy) does not abort work in progress, such as a vendor call whose
+// outcome would otherwise become unknown. That context is cancelled only by
+// stop, and only as a last resort.
+//
+// stop, which is safe to call more than once and from several goroutines
+// (every call returns once shutdown is complete), shuts down in this order:
+//
+//  1. It stops taking new messages: no message is handed to a worker from
+//     then on (bar one a worker was already receiving at that instant, which
+//     is handled like any other in-flight message), the subscription is
+//     drained, and every message that still reaches this process, including
+//     those already buffered in the client, is Nak'ed at once so that another
+//     member of the fleet can take it without waiting for AckWait. Idle
+//     workers exit.
+//  2. It waits for in-flight handlers to return and for their messages to be
+//     settled: Ack on nil, Term on Permanent, NakWithDelay otherwise (sent
+//     without waiting for the server's confirmation, as always).
+//  3. If they have not all returned within cfg.ShutdownGrace, it cancels their
+//     context and waits again, without a bound, for them to return; a handler
+//     that ignores its context therefore holds stop up. Their messages are
+//     then settled as usual, typically with NakWithDelay.
+//  4. It cancels the handlers' context (all have returned by now) and waits,
+//     for what is left of cfg.ShutdownGrace, for the subscription to finish
+//     draining. A callback the client delivers after that only Naks.
+//
+// Messages the server had already sent when the subscription closed, and
+// that never reached this process, are redelivered after AckWait.
 func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop func(), err error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8
@@ -222,6 +259,9 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 	}
 	if cfg.MaxAckPending <= 0 {
 		cfg.MaxAckPending = 1024
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = 30 * time.Second
 	}
 	cc := jetstream.ConsumerConfig{
 		Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy,
@@ -237,47 +277,103 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 	if err != nil {
 		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cfg.Durable, cfg.Stream, err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	work := make(chan jetstream.Msg)
+
+	// hctx is the handlers' context: ctx's values, but cancelled only by stop.
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	// stopping is closed when stop begins. It is the only shutdown signal the
+	// Consume callback and the workers look at. work is never closed: the
+	// client may still run the callback after its Closed channel fires, and
+	// a send on a closed channel would panic.
+	stopping := make(chan struct{})
+	work := make(chan jetstream.Msg) // unbuffered: a message is either with a worker or still the callback's
 	var wg sync.WaitGroup
 	for range cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for m := range work {
-				b.handle(ctx, cfg, m, h)
+			for {
+				select {
+				case m := <-work:
+					b.handle(hctx, cfg, m, h)
+				case <-stopping:
+					// Nothing can be pending here: work is unbuffered, so a
+					// callback that did not hand its message over Naks it.
+					return
+				}
 			}
 		}()
 	}
+	isStopping := func() bool {
+		select {
+		case <-stopping:
+			return true
+		default:
+			return false
+		}
+	}
 	consumeCtx, err := cons.Consume(func(m jetstream.Msg) {
+		if isStopping() {
+			_ = m.Nak()
+			return
+		}
 		select {
 		case work <- m:
-		case <-ctx.Done():
+		case <-stopping:
 			_ = m.Nak()
 		}
 	}, jetstream.PullMaxMessages(2*cfg.Workers), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoHeartbeat) {
+		if !isStopping() && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			b.log.Debug().Err(err).Str("consumer", cfg.Durable).Msg("consume")
 		}
 	}))
 	if err != nil {
-		cancel()
-		close(work)
+		close(stopping)
+		wg.Wait()
+		hcancel()
 		return nil, fmt.Errorf("bus: consume %s: %w", cfg.Durable, err)
 	}
+
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
-			consumeCtx.Stop()
-			<-consumeCtx.Closed()
-			cancel()
-			close(work)
-			wg.Wait()
+			deadline := time.Now().Add(cfg.ShutdownGrace)
+			// 1. Take no new messages; buffered ones reach the callback and are Nak'ed.
+			close(stopping)
+			consumeCtx.Drain()
+
+			// 2. and 3. Wait for in-flight handlers, cancelling them after the grace.
+			handlersDone := make(chan struct{})
+			go func() {
+				wg.Wait()
+				close(handlersDone)
+			}()
+			grace := time.NewTimer(time.Until(deadline))
+			select {
+			case <-handlersDone:
+			case <-grace.C:
+				b.log.Warn().Str("consumer", cfg.Durable).Dur("grace", cfg.ShutdownGrace).
+					Msg("handlers still running after the shutdown grace; cancelling them")
+				hcancel()
+				<-handlersDone
+			}
+			grace.Stop()
+
+			// 4. Release the context and let the subscription finish draining.
+			hcancel()
+			drained := time.NewTimer(max(time.Until(deadline), 0))
+			select {
+			case <-consumeCtx.Closed():
+			case <-drained.C:
+			}
+			drained.Stop()
 		})
 	}
 	go func() {
-		<-ctx.Done()
-		stop()
+		select {
+		case <-ctx.Done():
+			stop()
+		case <-stopping:
+		}
 	}()
 	return stop, nil
 }
@@ -313,4 +409,16 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		}
 		_ = m.NakWithDelay(delay)
 	}
+}
+
+// redactURL drops credentials from a NATS URL before it goes into an error.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable NATS URL)"
+	}
+	if u.User != nil {
+		u.User = url.User("redacted")
+	}
+	return u.String()
 }
