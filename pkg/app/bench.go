@@ -48,8 +48,9 @@ func RunBench(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&cfg.Dev.Infra.Durable, "durable", true, "private cluster keeps fsync on (as in production)")
 	fs.IntVar(&cfg.Dev.Services.Dispatchers, "dispatchers", 3, "dispatcher instances")
 	fs.IntVar(&cfg.Dev.Services.Relays, "relays", 2, "outbox relays")
-	fs.IntVar(&cfg.Dev.Services.IngestWorkers, "ingest-workers", 32, "concurrent intents in planner-ingest")
+	fs.IntVar(&cfg.Dev.Services.IngestWorkers, "ingest-workers", 0, "concurrent intents in planner-ingest (0: the service default)")
 	fs.IntVar(&cfg.Dev.Services.DispatchWorkers, "dispatch-workers", 32, "concurrent vendor calls per dispatcher")
+	dbConns := fs.Int("db-conns", 0, "Postgres connections in the services' pool (0: the default)")
 	level := fs.String("log", "error", "service log level")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the throughput run to this file")
 	if err := fs.Parse(args); err != nil {
@@ -61,7 +62,7 @@ func RunBench(ctx context.Context, args []string, out io.Writer) error {
 	}
 	cfg.Dev.Log, cfg.Dev.Infra.Log = log, log
 	cfg.Dev.Infra.MemoryStreams = true
-	cfg.Dev.Services.DBMaxConns = 48
+	cfg.Dev.Services.DBMaxConns = int32(*dbConns)
 	d, err := StartDev(ctx, cfg.Dev)
 	if err != nil {
 		return err
@@ -70,8 +71,9 @@ func RunBench(ctx context.Context, args []string, out io.Writer) error {
 	for _, w := range d.Infra.Where {
 		fmt.Fprintf(out, "# %s\n", w)
 	}
-	fmt.Fprintf(out, "# dispatchers=%d relays=%d ingest-workers=%d dispatch-workers=%d durable=%v\n",
-		cfg.Dev.Services.Dispatchers, cfg.Dev.Services.Relays, cfg.Dev.Services.IngestWorkers, cfg.Dev.Services.DispatchWorkers, cfg.Dev.Infra.Durable)
+	fmt.Fprintf(out, "# dispatchers=%d relays=%d ingest-workers=%d dispatch-workers=%d db-conns=%d durable=%v (0 = service default)\n",
+		cfg.Dev.Services.Dispatchers, cfg.Dev.Services.Relays, cfg.Dev.Services.IngestWorkers, cfg.Dev.Services.DispatchWorkers,
+		cfg.Dev.Services.DBMaxConns, cfg.Dev.Infra.Durable)
 
 	cl, err := client.Connect(d.Infra.NATSURL, "bench")
 	if err != nil {

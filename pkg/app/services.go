@@ -46,11 +46,13 @@ type ServicesConfig struct {
 	Dispatchers int
 	// DispatchWorkers is the concurrent vendor calls per dispatcher (default 32).
 	DispatchWorkers int
-	// IngestWorkers is the concurrent intents per planner-ingest (default 16).
+	// IngestWorkers is the concurrent intents per planner-ingest (default 64).
 	IngestWorkers int
 	// Relays is the number of outbox relays in this process (default 1).
 	Relays int
-	// DBMaxConns caps the Postgres pool (default 32).
+	// DBMaxConns caps the Postgres pool (default 16). Postgres does best with
+	// few active connections per core: on 2 cores the bench measured ~1,450
+	// ops/s at 12-16 connections, ~1,100 at 48 and ~1,000 at 96.
 	DBMaxConns int32
 	Reconcile  reconcile.Config
 	HTTPClient *http.Client
@@ -91,7 +93,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		cfg.Relays = 1
 	}
 	if cfg.DBMaxConns <= 0 {
-		cfg.DBMaxConns = 32
+		cfg.DBMaxConns = 16
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}

@@ -36,7 +36,9 @@ const Source = "nats:intents"
 type Config struct {
 	// Durable is the JetStream consumer name shared by all instances (default "planner-ingest").
 	Durable string
-	// Workers is the number of intents processed at once per instance (default 16).
+	// Workers is the number of intents processed at once per instance
+	// (default 64: intents mostly wait on their commit, and more of them in
+	// flight let Postgres group the commits).
 	Workers int
 }
 
@@ -56,7 +58,7 @@ func New(cfg Config, st *store.Store, b *bus.Bus, reg *registry.Registry, m *tel
 		cfg.Durable = "planner-ingest"
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 16
+		cfg.Workers = 64
 	}
 	return &Service{cfg: cfg, store: st, bus: b, reg: reg, m: m, log: log.With().Str("service", "planner-ingest").Logger()}
 }
