@@ -102,10 +102,10 @@ func (q *Queries) AttemptList(ctx context.Context, operationID string) ([]Attemp
 const operationDispatch = `-- name: OperationDispatch :one
 WITH claimed AS (
     UPDATE operations SET
-        state = 'dispatched', lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1,
+        state = 'dispatched', version = version + 1, lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1,
         updated_at = coalesce($1::timestamptz, now())
     WHERE operations.id = $2 AND operations.state = 'pending_dispatch' AND operations.lease_epoch = $3
-    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, at)
     SELECT claimed.id,
@@ -117,7 +117,7 @@ WITH claimed AS (
     SELECT $4, claimed.id, claimed.attempt_count, claimed.lease_epoch, $5, claimed.updated_at
     FROM claimed
 )
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at FROM claimed
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version FROM claimed
 `
 
 type OperationDispatchParams struct {
@@ -152,6 +152,7 @@ type OperationDispatchRow struct {
 	LastError              string
 	CreatedAt              time.Time
 	UpdatedAt              time.Time
+	Version                int64
 }
 
 // Claims a pending operation for one attempt in one statement: the
@@ -190,6 +191,7 @@ func (q *Queries) OperationDispatch(ctx context.Context, arg OperationDispatchPa
 		&i.LastError,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Version,
 	)
 	return i, err
 }
@@ -204,13 +206,14 @@ WITH finished AS (
 ), changed AS (
     UPDATE operations SET
         state               = $9,
+        version             = operations.version + 1,
         external_request_id = coalesce(nullif($6::text, ''), operations.external_request_id),
         external_object_id  = coalesce(nullif($7::text, ''), operations.external_object_id),
         last_error_category = $10,
         last_error          = $11,
         updated_at          = coalesce($1::timestamptz, now())
     WHERE operations.id = $12 AND operations.state = 'dispatched' AND operations.lease_epoch = $13
-    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
     SELECT changed.id,
@@ -228,7 +231,7 @@ WITH finished AS (
                  unnest($22::timestamptz[]) AS available_at) AS m
     WHERE EXISTS (SELECT 1 FROM changed)
 )
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at FROM changed
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version FROM changed
 `
 
 type OperationRecordOutcomeParams struct {
@@ -280,6 +283,7 @@ type OperationRecordOutcomeRow struct {
 	LastError              string
 	CreatedAt              time.Time
 	UpdatedAt              time.Time
+	Version                int64
 }
 
 // Records an attempt's outcome in one statement: the attempt row is finished
@@ -337,6 +341,7 @@ func (q *Queries) OperationRecordOutcome(ctx context.Context, arg OperationRecor
 		&i.LastError,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Version,
 	)
 	return i, err
 }

@@ -82,6 +82,7 @@ type Operation struct {
 	LastError              string
 	CreatedAt              time.Time
 	UpdatedAt              time.Time
+	Version                int64
 }
 
 type OperationEvent struct {

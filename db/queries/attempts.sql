@@ -4,7 +4,7 @@
 -- row and the attempt row. No row: another worker won, or the command is stale.
 WITH claimed AS (
     UPDATE operations SET
-        state = 'dispatched', lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1,
+        state = 'dispatched', version = version + 1, lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1,
         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     WHERE operations.id = @id AND operations.state = 'pending_dispatch' AND operations.lease_epoch = @lease_epoch
     RETURNING *
@@ -48,6 +48,7 @@ WITH finished AS (
 ), changed AS (
     UPDATE operations SET
         state               = @to_state,
+        version             = operations.version + 1,
         external_request_id = coalesce(nullif(@external_request_id::text, ''), operations.external_request_id),
         external_object_id  = coalesce(nullif(@external_object_id::text, ''), operations.external_object_id),
         last_error_category = @last_error_category,

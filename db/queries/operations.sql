@@ -4,11 +4,11 @@
 -- winner's row; duplicate is true for everyone but the creator.
 INSERT INTO operations (
     id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
-    args_canonical, args_hash, side_effect_class, idempotency_key, state,
+    args_canonical, args_hash, side_effect_class, idempotency_key, state, version,
     compensates_operation_id, trace_id, created_at, updated_at
 ) VALUES (
     @id, @workflow_id, @run_id, @tool, @tool_version, @intent, @entity_type, @entity_id,
-    @args_canonical, @args_hash, @side_effect_class, @idempotency_key, @state,
+    @args_canonical, @args_hash, @side_effect_class, @idempotency_key, @state, @version,
     sqlc.narg('compensates_operation_id'), @trace_id,
     coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now())
 )
@@ -41,6 +41,7 @@ LIMIT @max_rows;
 WITH changed AS (
     UPDATE operations SET
         state               = @to_state,
+        version             = version + 1,
         lease_epoch         = lease_epoch + CASE WHEN @bump_epoch::boolean THEN 1 ELSE 0 END,
         attempt_count       = attempt_count + CASE WHEN @new_attempt::boolean THEN 1 ELSE 0 END,
         external_request_id = coalesce(nullif(@external_request_id::text, ''), external_request_id),

@@ -136,6 +136,7 @@ func TestEndToEndExactlyOneEffectPerOperation(t *testing.T) {
 	}
 	answered := map[string]bool{}
 	final := map[string]wire.Result{}
+	newest := map[string]int64{} // highest version seen per operation
 	decisions := map[op.Decision]int{}
 	for len(final) < distinct || len(answered) < len(eventIDs) {
 		select {
@@ -143,6 +144,9 @@ func TestEndToEndExactlyOneEffectPerOperation(t *testing.T) {
 			answered[r.EventID] = true
 			if r.DedupeDecision != op.DecisionNew { // answers to duplicates; "new" is counted in the ledger below
 				decisions[r.DedupeDecision]++
+			}
+			if r.OperationID != "" {
+				newest[r.OperationID] = max(newest[r.OperationID], r.Version)
 			}
 			if r.Final && r.OperationID != "" {
 				final[r.OperationID] = r
@@ -153,6 +157,7 @@ func TestEndToEndExactlyOneEffectPerOperation(t *testing.T) {
 	}
 	for id, r := range final {
 		require.Equal(t, string(op.StateCompletedSuccess), r.Status, "operation %s: %s", id, r.Reason)
+		require.Equal(t, newest[id], r.Version, "operation %s: the final result carries the highest version", id)
 	}
 	require.Equal(t, total/5, decisions[op.DecisionDuplicateOperation], "every retry under a new event id is a duplicate operation")
 	require.Equal(t, 0, decisions[op.DecisionConflict]+decisions[op.DecisionRejected])

@@ -21,7 +21,10 @@ type Operation struct {
 	Class          SideEffectClass `json:"side_effect_class"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	State          State           `json:"status"`
-	AttemptCount   int             `json:"attempt_count"`
+	// Version increases with every change of the operation, so that anything
+	// describing it (results reach agents out of order) can be ordered.
+	Version      int64 `json:"version"`
+	AttemptCount int   `json:"attempt_count"`
 	// LeaseEpoch increases each time a worker claims the operation; a write
 	// carrying an older epoch changes nothing.
 	LeaseEpoch int64 `json:"lease_epoch"`

@@ -93,7 +93,7 @@ func (s *Store) RecordOutcome(ctx context.Context, oc Outcome) (*op.Operation, e
 	}
 	// The operation as the statement will leave it, for the outbox messages.
 	after := *o
-	after.State = to
+	after.State, after.Version = to, o.Version+1 // fenced: nothing else changes it in between
 	if a.ExternalRequestID != "" {
 		after.ExternalRequestID = a.ExternalRequestID
 	}

@@ -26,6 +26,7 @@ func toOperation(r dbsqlc.Operation) *op.Operation {
 		Class:             op.SideEffectClass(r.SideEffectClass),
 		IdempotencyKey:    r.IdempotencyKey,
 		State:             op.State(r.State),
+		Version:           r.Version,
 		AttemptCount:      int(r.AttemptCount),
 		LeaseEpoch:        r.LeaseEpoch,
 		ExternalRequestID: r.ExternalRequestID,

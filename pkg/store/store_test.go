@@ -199,9 +199,11 @@ func TestTransitionIsConditional(t *testing.T) {
 
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM operation_events WHERE operation_id = $1`, o.ID))
 
+	require.Equal(t, int64(2), o.Version, "create + enqueue")
 	// Claim: epoch 0 → 1, attempt 1.
 	claimed, att, err := b.store.BeginAttempt(b.ctx, o.ID, 0, "w1")
 	require.NoError(t, err)
+	require.Equal(t, int64(3), claimed.Version)
 	require.Equal(t, op.StateDispatched, claimed.State)
 	require.Equal(t, int64(1), claimed.LeaseEpoch)
 	require.Equal(t, 1, att.Number)
@@ -214,6 +216,7 @@ func TestTransitionIsConditional(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, op.StateCompletedSuccess, done.State)
 	require.Equal(t, "ch_1", done.ExternalObjectID)
+	require.Equal(t, int64(4), done.Version, "one more per change; refused writes count nothing")
 
 	// A duplicate of the same write is stale too.
 	_, err = b.store.Transition(b.ctx, store.Change{OperationID: o.ID, From: op.StateDispatched, LeaseEpoch: 1, Event: op.EventSucceed})

@@ -96,8 +96,9 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 	}
 
 	o := s.Operation
-	state := op.StatePlanned
+	state, version := op.StatePlanned, int64(1) // the create event
 	if s.Initial != "" {
+		version = 2 // and the initial transition
 		if state, err = op.Transition(op.StatePlanned, s.Initial); err != nil {
 			return nil, fmt.Errorf("submit %s/%s: %w", s.Source, s.EventID, err)
 		}
@@ -110,7 +111,7 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 		ID: o.ID, WorkflowID: o.WorkflowID, RunID: o.RunID, Tool: o.Tool, ToolVersion: int32(o.ToolVersion),
 		Intent: o.Intent, EntityType: o.EntityType, EntityID: o.EntityID,
 		ArgsCanonical: string(o.Args), ArgsHash: o.ArgsHash, SideEffectClass: string(o.Class),
-		IdempotencyKey: o.IdempotencyKey, State: string(state),
+		IdempotencyKey: o.IdempotencyKey, State: string(state), Version: version,
 		CompensatesOperationID: compensates, TraceID: o.TraceID, Now: t.now(),
 	})
 	if err != nil {

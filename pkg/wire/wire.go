@@ -182,12 +182,15 @@ type Command struct {
 
 // Result is the normalized answer an agent receives on opledger.results.<workflow_id>.
 type Result struct {
-	Spec           string      `json:"spec"`
-	OperationID    string      `json:"operation_id,omitempty"`
-	EventID        string      `json:"event_id"`
-	WorkflowID     string      `json:"workflow_id"`
-	Tool           string      `json:"tool"`
-	Status         string      `json:"status"` // an op.State, or "rejected" when no operation exists
+	Spec        string `json:"spec"`
+	OperationID string `json:"operation_id,omitempty"`
+	EventID     string `json:"event_id"`
+	WorkflowID  string `json:"workflow_id"`
+	Tool        string `json:"tool"`
+	Status      string `json:"status"` // an op.State, or "rejected" when no operation exists
+	// Version orders the results of one operation: a higher version
+	// supersedes a lower one. 0 when no operation was created.
+	Version        int64       `json:"version"`
 	DedupeDecision op.Decision `json:"dedupe_decision"`
 	IdempotencyKey string      `json:"idempotency_key,omitempty"`
 	// Final is true when the status will not change without a new intent.
@@ -208,7 +211,7 @@ func ResultFor(o *op.Operation, eventID string, d op.Decision) Result {
 	rec, msg := op.Recommend(o.State)
 	return Result{
 		Spec: SpecResult, OperationID: o.ID, EventID: eventID, WorkflowID: o.WorkflowID, Tool: o.Tool,
-		Status: string(o.State), DedupeDecision: d, IdempotencyKey: o.IdempotencyKey,
+		Status: string(o.State), Version: o.Version, DedupeDecision: d, IdempotencyKey: o.IdempotencyKey,
 		Final: o.State.Terminal(), ExternalRequestID: o.ExternalRequestID, ExternalObjectID: o.ExternalObjectID,
 		RetryRecommendation: rec, SafeUserMessage: msg, AttemptCount: o.AttemptCount, At: o.UpdatedAt.UTC(),
 	}
