@@ -158,6 +158,7 @@ func TestEndToEndExactlyOneEffectPerOperation(t *testing.T) {
 	for id, r := range final {
 		require.Equal(t, string(op.StateCompletedSuccess), r.Status, "operation %s: %s", id, r.Reason)
 		require.Equal(t, newest[id], r.Version, "operation %s: the final result carries the highest version", id)
+		require.GreaterOrEqual(t, r.Version, int64(4), "operation %s: create, enqueue, dispatch and outcome each counted", id)
 	}
 	require.Equal(t, total/5, decisions[op.DecisionDuplicateOperation], "every retry under a new event id is a duplicate operation")
 	require.Equal(t, 0, decisions[op.DecisionConflict]+decisions[op.DecisionRejected])
