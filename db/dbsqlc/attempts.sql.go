@@ -105,7 +105,7 @@ WITH claimed AS (
         state = 'dispatched', version = version + 1, lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1,
         updated_at = coalesce($1::timestamptz, now())
     WHERE operations.id = $2 AND operations.state = 'pending_dispatch' AND operations.lease_epoch = $3
-    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, at)
     SELECT claimed.id,
@@ -117,7 +117,7 @@ WITH claimed AS (
     SELECT $4, claimed.id, claimed.attempt_count, claimed.lease_epoch, $5, claimed.updated_at
     FROM claimed
 )
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version FROM claimed
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id FROM claimed
 `
 
 type OperationDispatchParams struct {
@@ -153,6 +153,7 @@ type OperationDispatchRow struct {
 	CreatedAt              time.Time
 	UpdatedAt              time.Time
 	Version                int64
+	OriginEventID          string
 }
 
 // Claims a pending operation for one attempt in one statement: the
@@ -192,6 +193,7 @@ func (q *Queries) OperationDispatch(ctx context.Context, arg OperationDispatchPa
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.Version,
+		&i.OriginEventID,
 	)
 	return i, err
 }
@@ -213,7 +215,7 @@ WITH finished AS (
         last_error          = $11,
         updated_at          = coalesce($1::timestamptz, now())
     WHERE operations.id = $12 AND operations.state = 'dispatched' AND operations.lease_epoch = $13
-    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
     SELECT changed.id,
@@ -231,7 +233,7 @@ WITH finished AS (
                  unnest($22::timestamptz[]) AS available_at) AS m
     WHERE EXISTS (SELECT 1 FROM changed)
 )
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version FROM changed
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id FROM changed
 `
 
 type OperationRecordOutcomeParams struct {
@@ -284,6 +286,7 @@ type OperationRecordOutcomeRow struct {
 	CreatedAt              time.Time
 	UpdatedAt              time.Time
 	Version                int64
+	OriginEventID          string
 }
 
 // Records an attempt's outcome in one statement: the attempt row is finished
@@ -342,6 +345,7 @@ func (q *Queries) OperationRecordOutcome(ctx context.Context, arg OperationRecor
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.Version,
+		&i.OriginEventID,
 	)
 	return i, err
 }

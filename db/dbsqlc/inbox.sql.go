@@ -143,18 +143,6 @@ func (q *Queries) InboxMarkDuplicate(ctx context.Context, arg InboxMarkDuplicate
 	return i, err
 }
 
-const inboxOriginEvent = `-- name: InboxOriginEvent :one
-SELECT event_id FROM inbox WHERE operation_id = $1 AND decision = 'new' LIMIT 1
-`
-
-// The event that created an operation.
-func (q *Queries) InboxOriginEvent(ctx context.Context, operationID *string) (string, error) {
-	row := q.db.QueryRow(ctx, inboxOriginEvent, operationID)
-	var event_id string
-	err := row.Scan(&event_id)
-	return event_id, err
-}
-
 const inboxSetDecision = `-- name: InboxSetDecision :exec
 UPDATE inbox SET decision = $1, reason = $2, operation_id = $3
 WHERE source = $4 AND event_id = $5

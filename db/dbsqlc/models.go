@@ -83,6 +83,7 @@ type Operation struct {
 	CreatedAt              time.Time
 	UpdatedAt              time.Time
 	Version                int64
+	OriginEventID          string
 }
 
 type OperationEvent struct {

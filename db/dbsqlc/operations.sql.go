@@ -40,7 +40,7 @@ func (q *Queries) OperationCountByState(ctx context.Context) ([]OperationCountBy
 }
 
 const operationGet = `-- name: OperationGet :one
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version FROM operations WHERE id = $1
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id FROM operations WHERE id = $1
 `
 
 func (q *Queries) OperationGet(ctx context.Context, id string) (Operation, error) {
@@ -71,12 +71,13 @@ func (q *Queries) OperationGet(ctx context.Context, id string) (Operation, error
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.Version,
+		&i.OriginEventID,
 	)
 	return i, err
 }
 
 const operationGetByKey = `-- name: OperationGetByKey :one
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version FROM operations WHERE idempotency_key = $1
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id FROM operations WHERE idempotency_key = $1
 `
 
 func (q *Queries) OperationGetByKey(ctx context.Context, idempotencyKey string) (Operation, error) {
@@ -107,6 +108,7 @@ func (q *Queries) OperationGetByKey(ctx context.Context, idempotencyKey string) 
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.Version,
+		&i.OriginEventID,
 	)
 	return i, err
 }
@@ -114,16 +116,16 @@ func (q *Queries) OperationGetByKey(ctx context.Context, idempotencyKey string) 
 const operationInsertOrGet = `-- name: OperationInsertOrGet :one
 INSERT INTO operations (
     id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
-    args_canonical, args_hash, side_effect_class, idempotency_key, state, version,
+    args_canonical, args_hash, side_effect_class, idempotency_key, state, version, origin_event_id,
     compensates_operation_id, trace_id, created_at, updated_at
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8,
-    $9, $10, $11, $12, $13, $14,
-    $15, $16,
-    coalesce($17::timestamptz, now()), coalesce($17::timestamptz, now())
+    $9, $10, $11, $12, $13, $14, $15,
+    $16, $17,
+    coalesce($18::timestamptz, now()), coalesce($18::timestamptz, now())
 )
 ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
-RETURNING operations.id, operations.workflow_id, operations.run_id, operations.tool, operations.tool_version, operations.intent, operations.entity_type, operations.entity_id, operations.args_canonical, operations.args_hash, operations.side_effect_class, operations.idempotency_key, operations.state, operations.attempt_count, operations.lease_epoch, operations.external_request_id, operations.external_object_id, operations.compensates_operation_id, operations.trace_id, operations.last_error_category, operations.last_error, operations.created_at, operations.updated_at, operations.version, (xmax <> 0)::boolean AS duplicate
+RETURNING operations.id, operations.workflow_id, operations.run_id, operations.tool, operations.tool_version, operations.intent, operations.entity_type, operations.entity_id, operations.args_canonical, operations.args_hash, operations.side_effect_class, operations.idempotency_key, operations.state, operations.attempt_count, operations.lease_epoch, operations.external_request_id, operations.external_object_id, operations.compensates_operation_id, operations.trace_id, operations.last_error_category, operations.last_error, operations.created_at, operations.updated_at, operations.version, operations.origin_event_id, (xmax <> 0)::boolean AS duplicate
 `
 
 type OperationInsertOrGetParams struct {
@@ -141,6 +143,7 @@ type OperationInsertOrGetParams struct {
 	IdempotencyKey         string
 	State                  string
 	Version                int64
+	OriginEventID          string
 	CompensatesOperationID *string
 	TraceID                string
 	Now                    *time.Time
@@ -170,6 +173,7 @@ func (q *Queries) OperationInsertOrGet(ctx context.Context, arg OperationInsertO
 		arg.IdempotencyKey,
 		arg.State,
 		arg.Version,
+		arg.OriginEventID,
 		arg.CompensatesOperationID,
 		arg.TraceID,
 		arg.Now,
@@ -200,13 +204,14 @@ func (q *Queries) OperationInsertOrGet(ctx context.Context, arg OperationInsertO
 		&i.Operation.CreatedAt,
 		&i.Operation.UpdatedAt,
 		&i.Operation.Version,
+		&i.Operation.OriginEventID,
 		&i.Duplicate,
 	)
 	return i, err
 }
 
 const operationListByWorkflow = `-- name: OperationListByWorkflow :many
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version FROM operations WHERE workflow_id = $1 ORDER BY created_at, id
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id FROM operations WHERE workflow_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string) ([]Operation, error) {
@@ -243,6 +248,7 @@ func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.Version,
+			&i.OriginEventID,
 		); err != nil {
 			return nil, err
 		}
@@ -255,7 +261,7 @@ func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string
 }
 
 const operationListStuckDispatched = `-- name: OperationListStuckDispatched :many
-SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version FROM attempts a JOIN operations o ON o.id = a.operation_id
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id FROM attempts a JOIN operations o ON o.id = a.operation_id
 WHERE a.finished_at IS NULL AND a.started_at < $1
   AND o.state = 'dispatched' AND o.lease_epoch = a.lease_epoch
 ORDER BY a.started_at
@@ -304,6 +310,7 @@ func (q *Queries) OperationListStuckDispatched(ctx context.Context, arg Operatio
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.Version,
+			&i.OriginEventID,
 		); err != nil {
 			return nil, err
 		}
@@ -316,7 +323,7 @@ func (q *Queries) OperationListStuckDispatched(ctx context.Context, arg Operatio
 }
 
 const operationListUnattended = `-- name: OperationListUnattended :many
-SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version FROM operations o
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id FROM operations o
 WHERE o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
   AND o.updated_at < $1
   AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL)
@@ -369,6 +376,7 @@ func (q *Queries) OperationListUnattended(ctx context.Context, arg OperationList
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.Version,
+			&i.OriginEventID,
 		); err != nil {
 			return nil, err
 		}
@@ -393,7 +401,7 @@ WITH changed AS (
         last_error          = CASE WHEN $6::boolean THEN $8::text ELSE last_error END,
         updated_at          = coalesce($9::timestamptz, now())
     WHERE operations.id = $10 AND operations.state = $11 AND operations.lease_epoch = $12
-    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
     SELECT changed.id,
@@ -402,7 +410,7 @@ WITH changed AS (
            changed.updated_at
     FROM changed
 )
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version FROM changed
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id FROM changed
 `
 
 type OperationTransitionParams struct {
@@ -449,6 +457,7 @@ type OperationTransitionRow struct {
 	CreatedAt              time.Time
 	UpdatedAt              time.Time
 	Version                int64
+	OriginEventID          string
 }
 
 // Conditional on the state and lease epoch the writer expects: a late or
@@ -499,6 +508,7 @@ func (q *Queries) OperationTransition(ctx context.Context, arg OperationTransiti
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.Version,
+		&i.OriginEventID,
 	)
 	return i, err
 }

@@ -23,7 +23,3 @@ SELECT * FROM inbox WHERE source = @source AND event_id = @event_id;
 -- name: InboxCountByDecision :many
 SELECT decision, count(*)::bigint AS n, coalesce(sum(duplicate_count), 0)::bigint AS duplicates
 FROM inbox GROUP BY decision ORDER BY decision;
-
--- name: InboxOriginEvent :one
--- The event that created an operation.
-SELECT event_id FROM inbox WHERE operation_id = @operation_id AND decision = 'new' LIMIT 1;

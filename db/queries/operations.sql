@@ -4,11 +4,11 @@
 -- winner's row; duplicate is true for everyone but the creator.
 INSERT INTO operations (
     id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
-    args_canonical, args_hash, side_effect_class, idempotency_key, state, version,
+    args_canonical, args_hash, side_effect_class, idempotency_key, state, version, origin_event_id,
     compensates_operation_id, trace_id, created_at, updated_at
 ) VALUES (
     @id, @workflow_id, @run_id, @tool, @tool_version, @intent, @entity_type, @entity_id,
-    @args_canonical, @args_hash, @side_effect_class, @idempotency_key, @state, @version,
+    @args_canonical, @args_hash, @side_effect_class, @idempotency_key, @state, @version, @origin_event_id,
     sqlc.narg('compensates_operation_id'), @trace_id,
     coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now())
 )

@@ -111,11 +111,7 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 		if err != nil {
 			return err
 		}
-		eventID, err := tx.OriginEventID(ctx, cur.ID)
-		if err != nil {
-			return err
-		}
-		return tx.Enqueue(ctx, outbox.Result(wire.ResultFor(cur, eventID, op.DecisionNew), tp))
+		return tx.Enqueue(ctx, outbox.Result(wire.ResultFor(cur, cur.OriginEventID, op.DecisionNew), tp))
 	})
 	var stale *op.StaleError
 	if err != nil && !errors.As(err, &stale) {

@@ -31,6 +31,8 @@ type Operation struct {
 	// ExternalRequestID and ExternalObjectID are the vendor's identifiers.
 	ExternalRequestID string `json:"external_request_id,omitempty"`
 	ExternalObjectID  string `json:"external_object_id,omitempty"`
+	// OriginEventID is the inbound event that created the operation.
+	OriginEventID string `json:"origin_event_id,omitempty"`
 	// CompensatesID links a compensation to the operation it compensates.
 	CompensatesID string `json:"compensates_operation_id,omitempty"`
 	TraceID       string `json:"trace_id,omitempty"`

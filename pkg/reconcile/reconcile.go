@@ -317,18 +317,14 @@ func (s *Service) Sweep(ctx context.Context, now time.Time) (int, error) {
 			}
 			tp := telemetry.FromTraceID(o.TraceID)
 			err := s.store.InTx(ctx, func(tx *store.Tx) error {
-				eventID, err := tx.OriginEventID(ctx, o.ID)
-				if err != nil {
-					return err
-				}
 				cur, err := tx.Transition(ctx, store.Change{OperationID: o.ID, From: state, LeaseEpoch: o.LeaseEpoch,
 					Event: op.EventOutcomeUnknown, BumpEpoch: true, Actor: s.cfg.Name + "/sweeper",
 					ErrorCategory: "stuck", Error: fmt.Sprintf("no outcome recorded %s after the last change", now.Sub(o.UpdatedAt).Round(time.Millisecond))})
 				if err != nil {
 					return err
 				}
-				return tx.Enqueue(ctx, outbox.Command(wire.KindUnknown, cur, eventID, tp, time.Time{}),
-					outbox.Result(wire.ResultFor(cur, eventID, op.DecisionNew), tp))
+				return tx.Enqueue(ctx, outbox.Command(wire.KindUnknown, cur, cur.OriginEventID, tp, time.Time{}),
+					outbox.Result(wire.ResultFor(cur, cur.OriginEventID, op.DecisionNew), tp))
 			})
 			var stale *op.StaleError
 			if errors.As(err, &stale) {
@@ -362,11 +358,7 @@ func (s *Service) Redrive(ctx context.Context, now time.Time) (int, error) {
 			kind = wire.KindDispatch
 		}
 		err := s.store.InTx(ctx, func(tx *store.Tx) error {
-			eventID, err := tx.OriginEventID(ctx, o.ID)
-			if err != nil {
-				return err
-			}
-			return tx.Enqueue(ctx, outbox.Command(kind, o, eventID, telemetry.FromTraceID(o.TraceID), time.Time{}))
+			return tx.Enqueue(ctx, outbox.Command(kind, o, o.OriginEventID, telemetry.FromTraceID(o.TraceID), time.Time{}))
 		})
 		if err != nil {
 			return n, err

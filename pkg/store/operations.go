@@ -27,6 +27,7 @@ func toOperation(r dbsqlc.Operation) *op.Operation {
 		IdempotencyKey:    r.IdempotencyKey,
 		State:             op.State(r.State),
 		Version:           r.Version,
+		OriginEventID:     r.OriginEventID,
 		AttemptCount:      int(r.AttemptCount),
 		LeaseEpoch:        r.LeaseEpoch,
 		ExternalRequestID: r.ExternalRequestID,

@@ -111,7 +111,7 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 		ID: o.ID, WorkflowID: o.WorkflowID, RunID: o.RunID, Tool: o.Tool, ToolVersion: int32(o.ToolVersion),
 		Intent: o.Intent, EntityType: o.EntityType, EntityID: o.EntityID,
 		ArgsCanonical: string(o.Args), ArgsHash: o.ArgsHash, SideEffectClass: string(o.Class),
-		IdempotencyKey: o.IdempotencyKey, State: string(state), Version: version,
+		IdempotencyKey: o.IdempotencyKey, State: string(state), Version: version, OriginEventID: s.EventID,
 		CompensatesOperationID: compensates, TraceID: o.TraceID, Now: t.now(),
 	})
 	if err != nil {
@@ -237,17 +237,4 @@ func (r reads) DecisionCounts(ctx context.Context) (map[op.Decision]int64, error
 		out[op.DecisionDuplicateEvent] += row.Duplicates
 	}
 	return out, nil
-}
-
-// OriginEventID returns the id of the inbound event that created the
-// operation, or "" when it was not created from the inbox.
-func (r reads) OriginEventID(ctx context.Context, operationID string) (string, error) {
-	id, err := r.q.InboxOriginEvent(ctx, &operationID)
-	if err = translate(err); err != nil {
-		if isNotFound(err) {
-			return "", nil
-		}
-		return "", fmt.Errorf("origin event of operation %s: %w", operationID, err)
-	}
-	return id, nil
 }
