@@ -81,12 +81,7 @@ func (s *Server) crmPut(r *http.Request, body []byte) result {
 		rec = &record{ID: id, Version: rec.Version + 1, Fields: next}
 		st.records[id] = rec
 		st.stats.CRMWrites++
-		effectKey := key
-		if key == "" {
-			st.stats.Unkeyed++
-			effectKey = id
-		}
-		st.effect(KindCRM, effectKey)
+		st.keyedEffect(KindCRM, key, id)
 	}
 	res := jsonResult(http.StatusOK, struct {
 		*record

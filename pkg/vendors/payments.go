@@ -67,12 +67,7 @@ func (s *Server) capture(r *http.Request, body []byte) result {
 	st.charges[ch.ID] = ch
 	st.chargesByOrder[ch.OrderID] = append(st.chargesByOrder[ch.OrderID], ch)
 	st.stats.Captures++
-	effectKey := key
-	if key == "" {
-		st.stats.Unkeyed++
-		effectKey = in.OrderID
-	}
-	st.effect(KindCapture, effectKey)
+	st.keyedEffect(KindCapture, key, in.OrderID)
 	res := jsonResult(http.StatusOK, ch)
 	st.remember(RouteCapture, key, hash, res, ch.ID)
 	return res
@@ -134,12 +129,7 @@ func (s *Server) refund(r *http.Request, body []byte) result {
 	}
 	st.refunds[re.ID] = re
 	st.stats.Refunds++
-	effectKey := key
-	if key == "" {
-		st.stats.Unkeyed++
-		effectKey = ch.ID
-	}
-	st.effect(KindRefund, effectKey)
+	st.keyedEffect(KindRefund, key, ch.ID)
 	res := jsonResult(http.StatusOK, re)
 	st.remember(RouteRefund, key, hash, res, re.ID)
 	return res

@@ -245,6 +245,16 @@ func newState() *state {
 	}
 }
 
+// keyedEffect records one effect of kind under the request's idempotency key,
+// or, for a request without one, under fallback (and counts it unkeyed).
+func (st *state) keyedEffect(kind, key, fallback string) {
+	if key == "" {
+		st.stats.Unkeyed++
+		key = fallback
+	}
+	st.effect(kind, key)
+}
+
 func (st *state) effect(kind, key string) {
 	m := st.effects[kind]
 	if m == nil {

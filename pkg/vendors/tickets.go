@@ -47,12 +47,7 @@ func (s *Server) ticket(r *http.Request, body []byte) result {
 	}
 	st.tickets[tk.ID] = tk
 	st.stats.Tickets++
-	effectKey := key
-	if key == "" {
-		st.stats.Unkeyed++
-		effectKey = in.ConversationID
-	}
-	st.effect(KindTicket, effectKey)
+	st.keyedEffect(KindTicket, key, in.ConversationID)
 	res := jsonResult(http.StatusCreated, tk)
 	st.remember(RouteTicket, key, hash, res, tk.ID)
 	return res
