@@ -24,32 +24,23 @@ func toAttempt(a dbsqlc.Attempt) *op.Attempt {
 
 // BeginAttempt claims a pending operation for one dispatch try: it moves it
 // from pending_dispatch to dispatched at the expected lease epoch, takes the
-// lease (epoch+1), counts the attempt and records the attempt row. Commit this
-// before calling the vendor: from then on, a crash leaves the operation in
-// dispatched for the reconciler, never silently re-sent.
+// lease (epoch+1), counts the attempt and records the attempt row, in one
+// statement that has committed when it returns, before any vendor call: from
+// then on, a crash leaves the operation in dispatched for the reconciler,
+// never silently re-sent.
 //
 // Errors: *op.StaleError when another worker claimed it first or it is no
 // longer pending (a redelivered command); op.ErrNotFound.
-func (t *Tx) BeginAttempt(ctx context.Context, operationID string, epoch int64, worker string) (*op.Operation, *op.Attempt, error) {
-	return beginAttempt(ctx, t.reads, t.now(), operationID, epoch, worker)
-}
-
-// BeginAttempt is Tx.BeginAttempt as a statement of its own: it is one
-// statement, so it needs no explicit transaction (and saves its round trips).
 func (s *Store) BeginAttempt(ctx context.Context, operationID string, epoch int64, worker string) (*op.Operation, *op.Attempt, error) {
-	return beginAttempt(ctx, s.reads, s.nowPtr(), operationID, epoch, worker)
-}
-
-func beginAttempt(ctx context.Context, r reads, now *time.Time, operationID string, epoch int64, worker string) (*op.Operation, *op.Attempt, error) {
 	if _, err := op.Transition(op.StatePendingDispatch, op.EventDispatch); err != nil {
 		return nil, nil, err // the state machine and this statement must agree
 	}
 	attemptID := op.NewID("att")
-	row, err := r.q.OperationDispatch(ctx, dbsqlc.OperationDispatchParams{
-		ID: operationID, LeaseEpoch: epoch, AttemptID: attemptID, Worker: worker, Now: now,
+	row, err := s.q.OperationDispatch(ctx, dbsqlc.OperationDispatchParams{
+		ID: operationID, LeaseEpoch: epoch, AttemptID: attemptID, Worker: worker, Now: s.nowPtr(),
 	})
 	if err != nil {
-		return nil, nil, r.staleOr(ctx, operationID, op.StatePendingDispatch, epoch, err)
+		return nil, nil, s.staleOr(ctx, operationID, op.StatePendingDispatch, epoch, err)
 	}
 	o := toOperation(dbsqlc.Operation(row))
 	return o, &op.Attempt{
@@ -135,22 +126,14 @@ func (s *Store) RecordOutcome(ctx context.Context, oc Outcome) (*op.Operation, e
 	return toOperation(dbsqlc.Operation(row)), nil
 }
 
-// FinishAttempt records the outcome of an attempt, once. Errors:
-// op.ErrNotFound when the attempt does not exist or is already finished.
-func (t *Tx) FinishAttempt(ctx context.Context, a *op.Attempt) (*op.Attempt, error) {
-	return finishAttempt(ctx, t.reads, t.now(), a)
-}
-
-// FinishAttempt is Tx.FinishAttempt as a statement of its own.
+// FinishAttempt records the outcome of an attempt, once, as a statement of
+// its own. Errors: op.ErrNotFound when the attempt does not exist or is
+// already finished.
 func (s *Store) FinishAttempt(ctx context.Context, a *op.Attempt) (*op.Attempt, error) {
-	return finishAttempt(ctx, s.reads, s.nowPtr(), a)
-}
-
-func finishAttempt(ctx context.Context, r reads, now *time.Time, a *op.Attempt) (*op.Attempt, error) {
-	row, err := r.q.AttemptFinish(ctx, dbsqlc.AttemptFinishParams{
+	row, err := s.q.AttemptFinish(ctx, dbsqlc.AttemptFinishParams{
 		ID: a.ID, Outcome: string(a.Outcome), ErrorCategory: a.ErrorCategory, Error: a.Error,
 		HttpStatus: int32(a.HTTPStatus), ExternalRequestID: a.ExternalRequestID,
-		ExternalObjectID: a.ExternalObjectID, Now: now,
+		ExternalObjectID: a.ExternalObjectID, Now: s.nowPtr(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("finish attempt %s: %w", a.ID, translate(err))
