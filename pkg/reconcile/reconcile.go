@@ -304,38 +304,35 @@ func (s *Service) escalate(ctx context.Context, o *op.Operation, eventID string,
 // moved. (Acknowledged operations need no sweep: the dispatcher schedules
 // their reconciliation when it records the acknowledgement.)
 func (s *Service) Sweep(ctx context.Context, now time.Time) (int, error) {
+	stuck, err := s.store.OperationsStuckDispatched(ctx, now.Add(-s.cfg.DispatchedGrace), 100)
+	if err != nil {
+		return 0, err
+	}
 	moved := 0
-	const state = op.StateDispatched
-	{
-		stuck, err := s.store.OperationsStuckDispatched(ctx, now.Add(-s.cfg.DispatchedGrace), 100)
-		if err != nil {
+	for _, o := range stuck {
+		if tool, err := s.reg.Tool(o.Tool); err == nil && now.Sub(o.UpdatedAt) < tool.Timeout+s.cfg.DispatchedGrace {
+			continue
+		}
+		tp := telemetry.FromTraceID(o.TraceID)
+		err := s.store.InTx(ctx, func(tx *store.Tx) error {
+			cur, err := tx.Transition(ctx, store.Change{OperationID: o.ID, From: op.StateDispatched, LeaseEpoch: o.LeaseEpoch,
+				Event: op.EventOutcomeUnknown, BumpEpoch: true, Actor: s.cfg.Name + "/sweeper",
+				ErrorCategory: "stuck", Error: fmt.Sprintf("no outcome recorded %s after the last change", now.Sub(o.UpdatedAt).Round(time.Millisecond))})
+			if err != nil {
+				return err
+			}
+			return tx.Enqueue(ctx, outbox.Command(wire.KindUnknown, cur, cur.OriginEventID, tp, time.Time{}),
+				outbox.Result(wire.ResultFor(cur, cur.OriginEventID, op.DecisionNew), tp))
+		})
+		var stale *op.StaleError
+		if errors.As(err, &stale) {
+			continue // it moved on by itself
+		} else if err != nil {
 			return moved, err
 		}
-		for _, o := range stuck {
-			if tool, err := s.reg.Tool(o.Tool); err == nil && now.Sub(o.UpdatedAt) < tool.Timeout+s.cfg.DispatchedGrace {
-				continue
-			}
-			tp := telemetry.FromTraceID(o.TraceID)
-			err := s.store.InTx(ctx, func(tx *store.Tx) error {
-				cur, err := tx.Transition(ctx, store.Change{OperationID: o.ID, From: state, LeaseEpoch: o.LeaseEpoch,
-					Event: op.EventOutcomeUnknown, BumpEpoch: true, Actor: s.cfg.Name + "/sweeper",
-					ErrorCategory: "stuck", Error: fmt.Sprintf("no outcome recorded %s after the last change", now.Sub(o.UpdatedAt).Round(time.Millisecond))})
-				if err != nil {
-					return err
-				}
-				return tx.Enqueue(ctx, outbox.Command(wire.KindUnknown, cur, cur.OriginEventID, tp, time.Time{}),
-					outbox.Result(wire.ResultFor(cur, cur.OriginEventID, op.DecisionNew), tp))
-			})
-			var stale *op.StaleError
-			if errors.As(err, &stale) {
-				continue // it moved on by itself
-			} else if err != nil {
-				return moved, err
-			}
-			moved++
-			s.log.Warn().Str("operation_id", o.ID).Str("tool", o.Tool).Str("idempotency_key", o.IdempotencyKey).
-				Str("state_transition", string(state)+"->"+string(op.StateUnknownOutcome)).Msg("swept stuck operation")
-		}
+		moved++
+		s.log.Warn().Str("operation_id", o.ID).Str("tool", o.Tool).Str("idempotency_key", o.IdempotencyKey).
+			Str("state_transition", "dispatched->unknown_outcome").Msg("swept stuck operation")
 	}
 	return moved, nil
 }
