@@ -6,12 +6,14 @@ package schema
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 //go:embed migrations/*.sql
@@ -70,6 +72,56 @@ func Migrate(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 		applied = append(applied, name)
 	}
 	return applied, nil
+}
+
+// Queryer runs a query: a *pgx.Conn, a pgx.Tx or a *pgxpool.Pool.
+type Queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// ErrNotMigrated says the database lacks migrations this binary needs.
+var ErrNotMigrated = errors.New("the database schema is not up to date: run `opledger migrate` (or start the service with -migrate)")
+
+// Pending returns the embedded migrations the database at q has not applied
+// yet, in order. A database without opledger's schema_migrations table has
+// all of them pending. It returns an error wrapping ErrNotMigrated when any
+// are pending, and also when the database has applied migrations this
+// binary does not know (it is older than the schema).
+func Pending(ctx context.Context, q Queryer) ([]string, error) {
+	names, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, `SELECT name FROM schema_migrations`)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+			return names, fmt.Errorf("no opledger schema (%d migrations pending): %w", len(names), ErrNotMigrated)
+		}
+		return nil, fmt.Errorf("schema: read schema_migrations: %w", err)
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("schema: read schema_migrations: %w", err)
+	}
+	have := map[string]bool{}
+	for _, n := range applied {
+		have[n] = true
+	}
+	var pending []string
+	for _, n := range names {
+		if !have[n] {
+			pending = append(pending, n)
+		}
+		delete(have, n)
+	}
+	if len(pending) > 0 {
+		return pending, fmt.Errorf("%d migration(s) pending, first %s: %w", len(pending), pending[0], ErrNotMigrated)
+	}
+	if len(have) > 0 {
+		return nil, fmt.Errorf("schema: the database has %d migration(s) this binary does not know; run a newer opledger", len(have))
+	}
+	return nil, nil
 }
 
 // Migrations returns the embedded migration file names in the order they apply.

@@ -17,12 +17,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/opledger/opledger/internal/natsembed"
+	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/vendors"
 	"github.com/opledger/opledger/pkg/client"
-	"github.com/opledger/opledger/pkg/natsembed"
 	"github.com/opledger/opledger/pkg/op"
-	"github.com/opledger/opledger/pkg/store"
-	"github.com/opledger/opledger/pkg/vendors"
 	"github.com/opledger/opledger/pkg/wire"
 )
 

@@ -1,17 +1,18 @@
 // Command opledger runs opledger: the whole system in one process on embedded
-// defaults (dev), the 2:13 a.m. incident (demo), migrations (migrate) and the
-// end-to-end benchmark (bench).
+// defaults (dev), the 2:13 a.m. incident (demo), the end-to-end benchmark
+// (bench), migrations (migrate) and the local stand-in vendors (vendors).
+// The services also run one per process: see services/.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/opledger/opledger/pkg/app"
 )
 
 const usage = `usage: opledger <command> [flags]
@@ -20,41 +21,68 @@ commands:
   dev       run Postgres (private cluster or DATABASE_URL), NATS JetStream
             (embedded or NATS_URL), the local vendors and all four services
   demo      run the 2:13 a.m. incident on embedded defaults and check the vendors
+  bench     measure intent→completed_success throughput and the latency opledger adds
   migrate   apply the schema migrations to DATABASE_URL
   vendors   serve the local stand-in vendors (payments, email, tickets, crm, accounts)
-  bench     measure intent→completed_success throughput and the latency opledger adds
 
 Run "opledger <command> -h" for the flags of a command.
 `
 
+// command runs one subcommand. env is the program's environment, read here
+// at the edge and nowhere else.
+type command func(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) error
+
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
+	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
+}
+
+func run(args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
+	if len(args) < 1 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	commands := map[string]command{"dev": runDev, "demo": runDemo, "bench": runBench, "migrate": runMigrate, "vendors": runVendors}
+	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "opledger: unknown command %q\n\n%s", args[0], usage)
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var err error
-	switch os.Args[1] {
-	case "dev":
-		err = app.RunDev(ctx, os.Args[2:], os.Stdout)
-	case "demo":
-		err = app.RunDemo(ctx, os.Args[2:], os.Stdout)
-	case "migrate":
-		err = app.RunMigrate(ctx, os.Args[2:], os.Stdout)
-	case "vendors":
-		err = app.RunVendors(ctx, os.Args[2:], os.Stdout)
-	case "bench":
-		err = app.RunBench(ctx, os.Args[2:], os.Stdout)
-	case "-h", "--help", "help":
-		fmt.Print(usage)
-		return
-	default:
-		fmt.Fprintf(os.Stderr, "opledger: unknown command %q\n\n%s", os.Args[1], usage)
-		os.Exit(2)
+	err := cmd(ctx, args[1:], env, stdout, stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp), errors.Is(err, context.Canceled):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
 	}
-	if err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintln(os.Stderr, "opledger:", err)
-		os.Exit(1)
+	fmt.Fprintln(stderr, "opledger:", err)
+	return 1
+}
+
+// errUsage marks a bad command line; the flag package has printed why.
+var errUsage = errors.New("usage")
+
+// parse parses a subcommand's flags: -h returns flag.ErrHelp, a bad flag errUsage.
+func parse(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	switch {
+	case err == nil && fs.NArg() > 0:
+		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return err
 	}
+	return errUsage
+}
+
+// getenv returns the variable or "".
+func getenv(env func(string) (string, bool), name string) string {
+	v, _ := env(name)
+	return v
 }

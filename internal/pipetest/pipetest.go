@@ -3,7 +3,7 @@
 // store, an embedded NATS server with in-memory streams, the local stand-in
 // vendors, and the example registry pointed at them with short tool timeouts.
 //
-// Only the far edge is a stand-in (pkg/vendors, a real HTTP server with fault
+// Only the far edge is a stand-in (internal/vendors, a real HTTP server with fault
 // injection and effect counts); everything else is the production code. A
 // test package using it must call testdb.Main from its TestMain.
 package pipetest
@@ -25,15 +25,15 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/ingest"
+	"github.com/opledger/opledger/internal/natsembed"
+	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/vendors"
 	"github.com/opledger/opledger/pkg/adapter"
-	"github.com/opledger/opledger/pkg/bus"
-	"github.com/opledger/opledger/pkg/ingest"
-	"github.com/opledger/opledger/pkg/natsembed"
 	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/registry"
-	"github.com/opledger/opledger/pkg/store"
-	"github.com/opledger/opledger/pkg/vendors"
 	"github.com/opledger/opledger/pkg/wire"
 )
 

@@ -35,7 +35,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/opledger/opledger/pkg/pglocal"
+	"github.com/opledger/opledger/internal/pglocal"
 	"github.com/opledger/opledger/schema"
 )
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -260,14 +259,11 @@ func (p *problems) adapter(t *Tool, fa *fileAdapter, opts Options) {
 		p.add("adapter.type", "must be http (the only adapter so far), got %q", fa.Type)
 		return
 	}
-	base := opts.Vendors[fa.Vendor]
-	if base == "" && fa.Vendor != "" {
-		base = os.Getenv("OPLEDGER_VENDOR_" + strings.ToUpper(fa.Vendor) + "_URL")
-	}
+	base := opts.vendorURL(fa.Vendor)
 	if fa.Vendor == "" {
 		p.add("adapter.vendor", "is required")
 	} else if base == "" {
-		p.add("adapter.vendor", "no base URL for vendor %q (pass it, or set OPLEDGER_VENDOR_%s_URL)", fa.Vendor, strings.ToUpper(fa.Vendor))
+		p.add("adapter.vendor", "no base URL for vendor %q (opledger's binaries read it from OPLEDGER_VENDOR_%s_URL)", fa.Vendor, strings.ToUpper(fa.Vendor))
 	} else if u, err := url.Parse(base); err != nil || u.Scheme == "" || u.Host == "" {
 		p.add("adapter.vendor", "base URL for vendor %q is not an absolute URL", fa.Vendor)
 	}
@@ -283,6 +279,7 @@ func (p *problems) adapter(t *Tool, fa *fileAdapter, opts Options) {
 		Method: fa.Method, URL: strings.TrimRight(base, "/") + fa.Path, Headers: fa.Headers,
 		IdempotencyHeader: fa.IdempotencyHeader, ReferenceHeader: fa.ReferenceHeader, Timeout: t.Timeout,
 		ExternalIDPointer: fa.ExternalIDPointer, RequestIDHeader: fa.RequestIDHeader, ReplayedHeader: fa.ReplayedHeader,
+		Secret: opts.Secret,
 	}
 	if len(fa.StatusOutcomes) > 0 {
 		cfg.StatusOutcomes = map[string]op.Outcome{}

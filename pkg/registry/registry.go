@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -179,20 +180,83 @@ func (e *LoadError) Error() string {
 // Unwrap makes errors.Is(err, op.ErrInvalid) true.
 func (e *LoadError) Unwrap() error { return op.ErrInvalid }
 
-// Options configure loading.
+// Options configure loading. The registry reads nothing from the
+// environment itself: the program supplies vendor URLs and secrets at its
+// edge (opledger's binaries read OPLEDGER_VENDOR_<NAME>_URL and the
+// environment variables that ${NAME} references name).
 type Options struct {
-	// Vendors maps a vendor name to its base URL. A vendor missing here is
-	// looked up in the environment as OPLEDGER_VENDOR_<NAME>_URL.
+	// Vendors maps a vendor name to its base URL.
 	Vendors map[string]string
+	// VendorURL is asked for a vendor missing from Vendors; may be nil.
+	VendorURL func(vendor string) (string, bool)
+	// Secret resolves ${NAME} references in adapter header values; nil makes
+	// any such reference a problem.
+	Secret func(name string) (string, bool)
+}
+
+// vendorURL returns the base URL of a vendor, or "".
+func (o Options) vendorURL(name string) string {
+	if u := o.Vendors[name]; u != "" {
+		return u
+	}
+	if o.VendorURL != nil {
+		if u, ok := o.VendorURL(name); ok {
+			return u
+		}
+	}
+	return ""
+}
+
+// Source is one registry document and the name it is reported under
+// (its file path).
+type Source struct {
+	Name string
+	Data []byte
+}
+
+// LoadPaths reads and validates a registry split over several files: each
+// path is a YAML file, or a directory whose *.yaml and *.yml files (not its
+// subdirectories) are read in name order. See LoadSources.
+func LoadPaths(paths []string, opts Options) (*Registry, error) {
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("registry: no file given: %w", op.ErrInvalid)
+	}
+	var srcs []Source
+	for _, path := range paths {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return nil, fmt.Errorf("registry: %w", err)
+		}
+		files := []string{path}
+		if fi.IsDir() {
+			files = nil
+			entries, err := os.ReadDir(path)
+			if err != nil {
+				return nil, fmt.Errorf("registry: %w", err)
+			}
+			for _, e := range entries {
+				if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
+					files = append(files, filepath.Join(path, e.Name()))
+				}
+			}
+			if len(files) == 0 {
+				return nil, fmt.Errorf("registry: directory %s has no .yaml or .yml file: %w", path, op.ErrInvalid)
+			}
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return nil, fmt.Errorf("registry: %w", err)
+			}
+			srcs = append(srcs, Source{Name: f, Data: data})
+		}
+	}
+	return LoadSources(srcs, opts)
 }
 
 // LoadFile reads and validates a registry file.
 func LoadFile(path string, opts Options) (*Registry, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
-	}
-	return Load(data, opts)
+	return LoadPaths([]string{path}, opts)
 }
 
 var toolName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
@@ -200,21 +264,44 @@ var toolName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 // Load parses and validates a registry document. All problems are reported
 // together in a *LoadError.
 func Load(data []byte, opts Options) (*Registry, error) {
-	var doc fileDoc
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&doc); err != nil {
-		return nil, &LoadError{Problems: []Problem{{Field: "document", Msg: yamlMessage(err)}}}
-	}
+	return LoadSources([]Source{{Data: data}}, opts)
+}
+
+// LoadSources parses and validates a registry made of several documents:
+// together they define the tools, and a tool defined in two of them is a
+// problem. All problems are reported together in a *LoadError.
+func LoadSources(srcs []Source, opts Options) (*Registry, error) {
 	var probs []Problem
-	if doc.Version != 1 {
-		probs = append(probs, Problem{Field: "version", Msg: fmt.Sprintf("must be 1, got %d", doc.Version)})
+	tools := map[string]*fileTool{}
+	from := map[string]string{}
+	for _, src := range srcs {
+		prefix := ""
+		if src.Name != "" && len(srcs) > 1 {
+			prefix = src.Name + ": "
+		}
+		var doc fileDoc
+		dec := yaml.NewDecoder(bytes.NewReader(src.Data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&doc); err != nil {
+			probs = append(probs, Problem{Field: prefix + "document", Msg: yamlMessage(err)})
+			continue
+		}
+		if doc.Version != 1 {
+			probs = append(probs, Problem{Field: prefix + "version", Msg: fmt.Sprintf("must be 1, got %d", doc.Version)})
+		}
+		for name, ft := range doc.Tools {
+			if other, dup := from[name]; dup {
+				probs = append(probs, Problem{Tool: name, Msg: fmt.Sprintf("defined in both %s and %s", other, src.Name)})
+				continue
+			}
+			tools[name], from[name] = ft, src.Name
+		}
 	}
-	if len(doc.Tools) == 0 {
+	if len(tools) == 0 && len(probs) == 0 {
 		probs = append(probs, Problem{Field: "tools", Msg: "at least one tool is required"})
 	}
 	reg := &Registry{tools: map[string]*Tool{}}
-	for name, ft := range doc.Tools {
+	for name, ft := range tools {
 		if !toolName.MatchString(name) {
 			probs = append(probs, Problem{Tool: name, Msg: "name must match " + toolName.String()})
 			continue
@@ -227,9 +314,9 @@ func Load(data []byte, opts Options) (*Registry, error) {
 		}
 	}
 	// Compensation playbooks must name a registered tool.
-	for name, ft := range doc.Tools {
-		if ft.Compensation != nil {
-			if _, ok := doc.Tools[ft.Compensation.Tool]; !ok {
+	for name, ft := range tools {
+		if ft != nil && ft.Compensation != nil {
+			if _, ok := tools[ft.Compensation.Tool]; !ok {
 				probs = append(probs, Problem{Tool: name, Field: "compensation.tool",
 					Msg: fmt.Sprintf("names unregistered tool %q", ft.Compensation.Tool)})
 			}

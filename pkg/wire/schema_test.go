@@ -20,9 +20,9 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 
-	"github.com/opledger/opledger/pkg/bus"
+	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/natsembed"
 	"github.com/opledger/opledger/pkg/client"
-	"github.com/opledger/opledger/pkg/natsembed"
 	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/wire"
 	"github.com/opledger/opledger/schema"

@@ -1,23 +1,32 @@
 // Command compensator runs opledger's compensator against shared Postgres and NATS.
-// Configure it with DATABASE_URL, NATS_URL, OPLEDGER_REGISTRY and
-// OPLEDGER_VENDOR_<NAME>_URL; run it with -h for the flags.
+// Configuration comes from flags and the environment (DATABASE_URL, NATS_URL,
+// OPLEDGER_REGISTRY, OPLEDGER_VENDOR_<NAME>_URL, ...): run it with -h.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"github.com/opledger/opledger/pkg/app"
+	"github.com/opledger/opledger/internal/app"
 )
 
 func main() {
+	cfg, err := app.ParseServiceFlags(app.Compensator, os.Args[1:], os.LookupEnv, os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return
+	case err != nil:
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := app.RunService(ctx, app.Compensator, os.Args[1:]); err != nil && !errors.Is(err, context.Canceled) {
+	if err := app.RunService(ctx, cfg); err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "compensator:", err)
 		os.Exit(1)
 	}

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,9 +36,14 @@ type Config struct {
 	// scalar fails the call as permanent before anything is sent.
 	URL string
 	// Headers are sent on every request (calls and lookups). A value may
-	// reference environment variables as ${NAME}, resolved once by New; New
-	// fails if one is unset or empty. Values are never logged or put into errors.
+	// reference secrets as ${NAME}, resolved once by New through Secret; New
+	// fails if one is unknown or empty. Values are never logged or put into
+	// errors.
 	Headers map[string]string
+	// Secret resolves ${NAME} references in header values. The program
+	// supplies it at its edge (opledger's binaries read the environment); nil
+	// makes any ${NAME} reference an error.
+	Secret func(name string) (string, bool)
 	// IdempotencyHeader carries the idempotency key, e.g. "Idempotency-Key";
 	// "" when the vendor has no idempotency support.
 	IdempotencyHeader string
@@ -193,7 +197,7 @@ func New(cfg Config, client *http.Client) (*Adapter, error) {
 	if a.url, err = parseTemplate("URL", cfg.URL); err != nil {
 		return nil, err
 	}
-	if a.headers, err = resolveHeaders(cfg.Headers); err != nil {
+	if a.headers, err = resolveHeaders(cfg.Headers, cfg.Secret); err != nil {
 		return nil, err
 	}
 	for field, name := range map[string]string{
@@ -317,8 +321,8 @@ func parseMethod(field, m, def string, allowed ...string) (string, error) {
 	return m, nil
 }
 
-// resolveHeaders expands ${NAME} in header values from the environment.
-func resolveHeaders(in map[string]string) (http.Header, error) {
+// resolveHeaders expands ${NAME} in header values through secret.
+func resolveHeaders(in map[string]string, secret func(string) (string, bool)) (http.Header, error) {
 	out := http.Header{}
 	for name, raw := range in {
 		field := "Headers[" + strconv.Quote(name) + "]"
@@ -342,9 +346,13 @@ func resolveHeaders(in map[string]string) (http.Header, error) {
 			if !validEnvName(env) {
 				return nil, &ConfigError{Field: field, Reason: "invalid environment variable name in ${...}"}
 			}
-			val, ok := os.LookupEnv(env)
+			var val string
+			ok := false
+			if secret != nil {
+				val, ok = secret(env)
+			}
 			if !ok || val == "" {
-				return nil, &ConfigError{Field: field, Reason: "environment variable " + env + " is not set"}
+				return nil, &ConfigError{Field: field, Reason: "secret " + env + " is not set"}
 			}
 			b.WriteString(val)
 			rest = rest[i+end+1:]

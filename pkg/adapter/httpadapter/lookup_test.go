@@ -9,10 +9,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/opledger/opledger/internal/vendors"
 	"github.com/opledger/opledger/pkg/adapter"
 	"github.com/opledger/opledger/pkg/adapter/httpadapter"
 	"github.com/opledger/opledger/pkg/op"
-	"github.com/opledger/opledger/pkg/vendors"
 )
 
 // requireLookupError checks that a lookup failed with category and that the

@@ -21,7 +21,7 @@ import (
 // recorder is a real HTTP server that records what arrives and answers as
 // the query asks (?status=, ?retry_after=, ?location=, ?body=). It checks
 // what the adapter puts on the wire; vendor behaviour is tested against
-// pkg/vendors.
+// internal/vendors.
 type recorder struct {
 	url  string
 	mu   sync.Mutex

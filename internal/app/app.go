@@ -1,0 +1,17 @@
+// Package app wires opledger's parts into running processes. Each file has
+// one reason to change:
+//
+//   - infra.go: where Postgres and NATS come from (a URL, or a private
+//     cluster and an embedded server), migrations and streams;
+//   - services.go: starting planner-ingest, dispatchers, the reconciler, the
+//     compensator and the outbox relays of one process, and their readiness;
+//   - stack.go: a whole opledger in one process (dev, demo, bench, tests);
+//   - http.go: the operational HTTP endpoints every process serves;
+//   - logging.go: the process logger;
+//   - registry.go: loading the operator's registry with vendor URLs and
+//     secrets from the program's edge;
+//   - service.go: a service binary's configuration (flags and environment,
+//     read at the program's edge) and its run loop.
+//
+// cmd/opledger and the binaries under services/ are thin mains over it.
+package app

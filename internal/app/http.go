@@ -1,0 +1,132 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/opledger/opledger/internal/store"
+	"github.com/opledger/opledger/pkg/op"
+)
+
+// Check is one readiness check's verdict.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// HTTPConfig configures the operational HTTP endpoints of a process.
+type HTTPConfig struct {
+	// Addr to listen on, e.g. 127.0.0.1:8480 or :8480; port 0 picks a free one.
+	Addr string
+	// Gatherer serves GET /metrics.
+	Gatherer prometheus.Gatherer
+	// Ready runs the readiness checks of GET /readyz; nil is always ready.
+	Ready func(ctx context.Context) []Check
+	// Store, when set, serves GET /v1/operations/{id}.
+	Store *store.Store
+	// Routes, when set, adds routes to the mux.
+	Routes func(*http.ServeMux)
+}
+
+// HTTPServer serves /metrics, /healthz (liveness: the process answers),
+// /readyz (every readiness check passes; 503 with the failing checks
+// otherwise) and, when configured, the operations API.
+type HTTPServer struct {
+	srv *http.Server
+	url string
+}
+
+// ServeHTTP listens on cfg.Addr and serves until Close.
+func ServeHTTP(cfg HTTPConfig) (*HTTPServer, error) {
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("http: listen %s: %w", cfg.Addr, err)
+	}
+	mux := http.NewServeMux()
+	if cfg.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		var checks []Check
+		if cfg.Ready != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+			checks = cfg.Ready(ctx)
+			cancel()
+		}
+		ready := true
+		for _, c := range checks {
+			ready = ready && c.OK
+		}
+		status := http.StatusOK
+		if !ready {
+			status = http.StatusServiceUnavailable
+		}
+		writeJSON(w, status, map[string]any{"ready": ready, "checks": checks})
+	})
+	if cfg.Store != nil {
+		mux.HandleFunc("GET /v1/operations/{id}", operationHandler(cfg.Store))
+	}
+	if cfg.Routes != nil {
+		cfg.Routes(mux)
+	}
+	s := &HTTPServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, url: "http://" + ln.Addr().String()}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// URL is the server's base URL.
+func (s *HTTPServer) URL() string { return s.url }
+
+// Close stops serving.
+func (s *HTTPServer) Close() { _ = s.srv.Close() }
+
+// operationView is what GET /v1/operations/{id} returns.
+type operationView struct {
+	Operation *op.Operation    `json:"operation"`
+	Events    []op.EventRecord `json:"events"`
+	Attempts  []*op.Attempt    `json:"attempts"`
+}
+
+func operationHandler(st *store.Store) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		o, err := st.Operation(r.Context(), id)
+		if errors.Is(err, op.ErrNotFound) {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such operation"})
+			return
+		} else if err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "ledger unavailable"})
+			return
+		}
+		v := operationView{Operation: o}
+		if v.Events, err = st.Events(r.Context(), id); err == nil {
+			v.Attempts, err = st.Attempts(r.Context(), id)
+		}
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "ledger unavailable"})
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,141 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/natsembed"
+	"github.com/opledger/opledger/internal/pglocal"
+	"github.com/opledger/opledger/schema"
+)
+
+// InfraConfig says where Postgres and NATS are, or where to start them.
+type InfraConfig struct {
+	// DatabaseURL, when set, is used as is; otherwise a private Postgres
+	// cluster is started under DataDir/postgres (unix socket only).
+	DatabaseURL string
+	// NATSURL, when set, is used as is; otherwise an embedded NATS server
+	// with JetStream is started on a free port, storing under DataDir/nats.
+	NATSURL string
+	// DataDir keeps the private cluster's and embedded server's data across
+	// restarts; "" uses temporary directories removed on Close.
+	DataDir string
+	// Durable keeps Postgres's fsync on for a private cluster (dev mode);
+	// tests and benchmarks of the pipeline may turn it off.
+	Durable bool
+	// MemoryStreams stores JetStream streams in memory (tests, benchmarks).
+	MemoryStreams bool
+	Log           zerolog.Logger
+}
+
+// Infra is running infrastructure.
+type Infra struct {
+	DatabaseURL string
+	NATSURL     string
+	// Where says, for people, where each part is.
+	Where []string
+	pg    *pglocal.Cluster
+	nats  *natsembed.Server
+}
+
+// StartInfra connects to or starts Postgres and NATS, applies migrations and
+// ensures the streams.
+func StartInfra(ctx context.Context, cfg InfraConfig) (_ *Infra, err error) {
+	in := &Infra{DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL}
+	defer func() {
+		if err != nil {
+			in.Close()
+		}
+	}()
+	if in.DatabaseURL == "" {
+		dir := ""
+		if cfg.DataDir != "" {
+			dir = filepath.Join(cfg.DataDir, "postgres")
+		}
+		in.pg, err = pglocal.Start(ctx, pglocal.Options{Dir: dir, Durable: cfg.Durable,
+			ExtraSettings: map[string]string{"max_connections": "300"},
+			Logf:          func(f string, a ...any) { cfg.Log.Debug().Msgf(f, a...) }})
+		if err != nil {
+			return nil, fmt.Errorf("start private postgres (set DATABASE_URL to use a running server): %w", err)
+		}
+		in.DatabaseURL = in.pg.ConnString("postgres")
+		in.Where = append(in.Where, "postgres: private cluster on a unix socket only, no TCP port (data in "+in.pg.Dir()+"): psql \""+in.DatabaseURL+"\"")
+	} else {
+		in.Where = append(in.Where, "postgres: "+redact(in.DatabaseURL))
+	}
+	if err := Migrate(ctx, in.DatabaseURL, cfg.Log); err != nil {
+		return nil, err
+	}
+	if in.NATSURL == "" {
+		dir := ""
+		if cfg.DataDir != "" {
+			dir = filepath.Join(cfg.DataDir, "nats")
+		}
+		in.nats, err = natsembed.Start(natsembed.Options{StoreDir: dir})
+		if err != nil {
+			return nil, fmt.Errorf("start embedded nats (set NATS_URL to use a running server): %w", err)
+		}
+		in.NATSURL = in.nats.URL()
+		in.Where = append(in.Where, "nats: embedded JetStream at "+in.NATSURL)
+	} else {
+		in.Where = append(in.Where, "nats: "+redact(in.NATSURL))
+	}
+	b, err := bus.Connect(ctx, in.NATSURL, "opledger-setup", cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	if err := b.EnsureStreams(ctx, bus.StreamOptions{Memory: cfg.MemoryStreams}); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// Close stops what StartInfra started.
+func (in *Infra) Close() {
+	if in.nats != nil {
+		in.nats.Shutdown()
+	}
+	if in.pg != nil {
+		_ = in.pg.Stop()
+	}
+}
+
+// Migrate applies the embedded migrations to the database at url.
+func Migrate(ctx context.Context, url string, log zerolog.Logger) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("migrate: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	applied, err := schema.Migrate(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if len(applied) > 0 {
+		log.Info().Strs("applied", applied).Msg("migrations applied")
+	}
+	return nil
+}
+
+// redact drops any password from a URL before it is printed.
+func redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		if strings.Contains(s, "password=") {
+			return "(connection string with password)"
+		}
+		return s
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}

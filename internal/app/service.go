@@ -1,0 +1,208 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+
+	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/schema"
+)
+
+// ServiceConfig is a service binary's configuration.
+type ServiceConfig struct {
+	Name        string // one of AllServices
+	DatabaseURL string
+	NATSURL     string
+	Registry    RegistryConfig
+	Instance    string
+	Instances   int // dispatcher instances in this process
+	Relays      int
+	Migrate     bool
+	LogLevel    string
+	LogFormat   string
+	// HTTPAddr serves /metrics, /healthz and /readyz.
+	HTTPAddr string
+	// ConnectTimeout bounds how long start-up waits for Postgres and NATS.
+	ConnectTimeout time.Duration
+	// Stderr receives the logs.
+	Stderr io.Writer
+}
+
+// ParseServiceFlags reads a service binary's configuration from its command
+// line and environment (lookupEnv is os.LookupEnv at the program's edge).
+// Flags win over the environment. It returns flag.ErrHelp after printing
+// the usage for -h.
+func ParseServiceFlags(name string, args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (ServiceConfig, error) {
+	env := func(k, def string) string {
+		if v, ok := lookupEnv(k); ok && v != "" {
+			return v
+		}
+		return def
+	}
+	cfg := ServiceConfig{Name: name, Stderr: stderr}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: %s [flags]\n\nRuns opledger's %s against shared Postgres and NATS. Flags override the environment variables named in brackets.\n\n", name, name)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.DatabaseURL, "database-url", env("DATABASE_URL", ""), "Postgres connection string [DATABASE_URL]")
+	fs.StringVar(&cfg.NATSURL, "nats-url", env("NATS_URL", ""), "NATS URL [NATS_URL]")
+	var registries []string
+	if v := env("OPLEDGER_REGISTRY", ""); v != "" {
+		registries = strings.Split(v, ",")
+	}
+	fs.Func("registry", "tool registry file or directory, repeatable (default: the embedded example registry) [OPLEDGER_REGISTRY, comma-separated]", func(s string) error {
+		if !slices.Contains(registries, s) {
+			registries = append(registries, s)
+		}
+		return nil
+	})
+	fs.StringVar(&cfg.Instance, "instance", env("OPLEDGER_INSTANCE", hostname()), "instance name in logs and attempt rows [OPLEDGER_INSTANCE]")
+	fs.IntVar(&cfg.Instances, "instances", 1, "dispatcher instances in this process (dispatcher only)")
+	fs.IntVar(&cfg.Relays, "relays", 1, "outbox relays in this process")
+	fs.BoolVar(&cfg.Migrate, "migrate", false, "apply schema migrations before starting")
+	fs.StringVar(&cfg.LogLevel, "log", env("OPLEDGER_LOG", "info"), "log level: trace, debug, info, warn, error, disabled [OPLEDGER_LOG]")
+	fs.StringVar(&cfg.LogFormat, "log-format", env("OPLEDGER_LOG_FORMAT", LogAuto), "log format: json, console, or auto (console on a terminal) [OPLEDGER_LOG_FORMAT]")
+	fs.StringVar(&cfg.HTTPAddr, "http", env("OPLEDGER_HTTP_ADDR", "127.0.0.1:0"), "address of /metrics, /healthz and /readyz; port 0 picks a free one, logged at start [OPLEDGER_HTTP_ADDR]")
+	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", time.Minute, "how long start-up waits for Postgres and NATS")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("%s: unexpected argument %q", name, fs.Arg(0))
+	}
+	if cfg.DatabaseURL == "" || cfg.NATSURL == "" {
+		return cfg, fmt.Errorf("%s: DATABASE_URL and NATS_URL are required (or -database-url, -nats-url)", name)
+	}
+	if cfg.ConnectTimeout <= 0 {
+		return cfg, fmt.Errorf("%s: -connect-timeout must be positive", name)
+	}
+	cfg.Registry = RegistryConfig{Paths: registries, LookupEnv: lookupEnv}
+	return cfg, nil
+}
+
+// RunService runs one service until ctx ends: it waits for Postgres and NATS
+// (retrying with backoff up to ConnectTimeout, each try logged), refuses a
+// database whose schema is not up to date unless Migrate is set, starts the
+// service and its outbox relays, and serves /metrics, /healthz and /readyz.
+func RunService(ctx context.Context, cfg ServiceConfig) error {
+	if !slices.Contains(AllServices, cfg.Name) {
+		return fmt.Errorf("unknown service %q (have %v)", cfg.Name, AllServices)
+	}
+	stderr := cfg.Stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	base, err := NewLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	log := base.With().Str("service", cfg.Name).Str("instance", cfg.Instance).Logger()
+	reg, err := LoadRegistry(cfg.Registry)
+	if err != nil {
+		return err
+	}
+	if err := waitForDependencies(ctx, cfg, log); err != nil {
+		return err
+	}
+	if cfg.Migrate {
+		if err := Migrate(ctx, cfg.DatabaseURL, log); err != nil {
+			return err
+		}
+	}
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s, err := StartServices(ctx, ServicesConfig{
+		DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL, Registry: reg, Run: []string{cfg.Name},
+		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays,
+		Metrics: telemetry.NewMetrics(promReg), Log: base,
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	h, err := ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: s.Ready})
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	log.Info().Str("http", h.URL()).Strs("tools", reg.Names()).Msg("started")
+	<-ctx.Done()
+	log.Info().Msg("stopping")
+	return nil
+}
+
+// waitForDependencies retries connecting to Postgres and NATS with backoff
+// until both answer or cfg.ConnectTimeout passes, then checks the schema:
+// a database without opledger's schema is refused (unless cfg.Migrate), so
+// that a service never runs against tables that are not there.
+func waitForDependencies(ctx context.Context, cfg ServiceConfig, log zerolog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, 0
+	try := 0
+	op := func() error {
+		try++
+		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer tcancel()
+		conn, err := pgx.Connect(tctx, cfg.DatabaseURL)
+		if err != nil {
+			log.Warn().Int("try", try).Str("dependency", "postgres").Str("error", redactErr(err, cfg.DatabaseURL)).Msg("waiting for dependency")
+			return err
+		}
+		_, serr := schema.Pending(tctx, conn)
+		conn.Close(context.WithoutCancel(ctx))
+		nc, err := nats.Connect(cfg.NATSURL, nats.Name(cfg.Instance+"/probe"), nats.Timeout(5*time.Second))
+		if err != nil {
+			log.Warn().Int("try", try).Str("dependency", "nats").Str("error", redactErr(err, cfg.NATSURL)).Msg("waiting for dependency")
+			return err
+		}
+		nc.Close()
+		if serr != nil && !cfg.Migrate {
+			return backoff.Permanent(serr)
+		}
+		return nil
+	}
+	err := backoff.Retry(op, backoff.WithContext(b, ctx))
+	var perm *backoff.PermanentError
+	if errors.As(err, &perm) {
+		return perm.Err
+	}
+	if err != nil {
+		return fmt.Errorf("postgres or nats not reachable within %s (try %d): %w", cfg.ConnectTimeout, try, ctxOr(ctx, err))
+	}
+	return nil
+}
+
+func ctxOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil && err == nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// redactErr renders err without the credentials of url, should the driver
+// have quoted it.
+func redactErr(err error, url string) string {
+	s := err.Error()
+	if url != "" {
+		s = strings.ReplaceAll(s, url, redact(url))
+	}
+	return s
+}

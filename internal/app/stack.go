@@ -1,0 +1,112 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+
+	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/internal/vendors"
+	"github.com/opledger/opledger/pkg/registry"
+)
+
+// VendorNames are the vendors of the example registry, all served by the
+// local stand-in vendors in a stack.
+var VendorNames = []string{"payments", "email", "tickets", "crm", "accounts"}
+
+// StackConfig configures a whole opledger in one process.
+type StackConfig struct {
+	Infra InfraConfig
+	// Registry says where the tool registry comes from; its vendors default
+	// to the stack's local stand-in vendors.
+	Registry RegistryConfig
+	// HTTPAddr serves /metrics, /healthz, /readyz, /v1/operations/{id} and
+	// /v1/vendors/stats ("" = no HTTP server).
+	HTTPAddr string
+	// Services configures the services; DatabaseURL, NATSURL, Registry and
+	// Metrics are filled in.
+	Services ServicesConfig
+	// VendorLatency delays every local vendor request.
+	VendorLatency time.Duration
+	Log           zerolog.Logger
+}
+
+// Stack is a running opledger: infrastructure, local vendors and all
+// services in one process, for dev mode, the demo, the bench and tests.
+type Stack struct {
+	Infra    *Infra
+	Vendors  *vendors.Server
+	Registry *registry.Registry
+	Services *Services
+	Metrics  *telemetry.Metrics
+	HTTP     *HTTPServer
+}
+
+// StartStack starts everything.
+func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
+	d := &Stack{}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	if d.Infra, err = StartInfra(ctx, cfg.Infra); err != nil {
+		return nil, err
+	}
+	if d.Vendors, err = vendors.Start(vendors.Options{Latency: cfg.VendorLatency}); err != nil {
+		return nil, fmt.Errorf("start local vendors: %w", err)
+	}
+	rc := cfg.Registry
+	rc.Vendors = map[string]string{}
+	for _, v := range VendorNames {
+		rc.Vendors[v] = d.Vendors.URL()
+	}
+	for v, u := range cfg.Registry.Vendors {
+		rc.Vendors[v] = u
+	}
+	if d.Registry, err = LoadRegistry(rc); err != nil {
+		return nil, err
+	}
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.Metrics = telemetry.NewMetrics(promReg)
+
+	sc := cfg.Services
+	sc.DatabaseURL, sc.NATSURL, sc.Registry, sc.Metrics, sc.Log = d.Infra.DatabaseURL, d.Infra.NATSURL, d.Registry, d.Metrics, cfg.Log
+	if d.Services, err = StartServices(ctx, sc); err != nil {
+		return nil, err
+	}
+	if cfg.HTTPAddr != "" {
+		d.HTTP, err = ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: d.Services.Ready, Store: d.Services.Store,
+			Routes: func(mux *http.ServeMux) {
+				mux.HandleFunc("GET /v1/vendors/stats", func(w http.ResponseWriter, _ *http.Request) {
+					writeJSON(w, http.StatusOK, d.Vendors.Stats())
+				})
+			}})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// Close stops everything StartStack started.
+func (d *Stack) Close() {
+	if d.HTTP != nil {
+		d.HTTP.Close()
+	}
+	if d.Services != nil {
+		d.Services.Stop()
+	}
+	if d.Vendors != nil {
+		d.Vendors.Close()
+	}
+	if d.Infra != nil {
+		d.Infra.Close()
+	}
+}

@@ -1,0 +1,457 @@
+// Package bus is opledger's transport over NATS JetStream: stream setup,
+// publishing with Nats-Msg-Id, and durable pull consumers shared by a fleet.
+//
+// JetStream is transport, not the ledger: its duplicate window is finite and
+// in memory, so every consumer must stay safe under redelivery by checking the
+// ledger before it acts.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/opledger/opledger/pkg/wire"
+)
+
+// Bus is a connection to NATS with JetStream.
+type Bus struct {
+	name string
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	log  zerolog.Logger
+
+	mu sync.Mutex
+	// bound lists the durable consumers Consume bound, for Check.
+	bound []boundConsumer
+}
+
+type boundConsumer struct{ stream, durable string }
+
+// Connect dials NATS at url. name identifies the client in server monitoring.
+func Connect(ctx context.Context, url, name string, log zerolog.Logger) (*Bus, error) {
+	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn().Err(err).Msg("nats disconnected")
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("nats reconnected") }))
+	if err != nil {
+		return nil, fmt.Errorf("bus: connect %s: %w", redactURL(url), err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bus: jetstream: %w", err)
+	}
+	return &Bus{name: name, nc: nc, js: js, log: log}, nil
+}
+
+// Close drains and closes the connection.
+func (b *Bus) Close() {
+	_ = b.nc.Drain()
+}
+
+// Name is the client name the bus connected with.
+func (b *Bus) Name() string { return b.name }
+
+// Conn exposes the NATS connection for core request/reply and subscriptions.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// Check reports why the bus cannot do its work, or nil: the connection is
+// not up, or a stream or durable consumer this bus consumes from no longer
+// exists on the server (a server that lost its store).
+func (b *Bus) Check(ctx context.Context) error {
+	if st := b.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("nats %s", strings.ToLower(st.String()))
+	}
+	b.mu.Lock()
+	bound := slices.Clone(b.bound)
+	b.mu.Unlock()
+	for _, c := range bound {
+		if _, err := b.js.Consumer(ctx, c.stream, c.durable); err != nil {
+			return fmt.Errorf("consumer %s on stream %s: %w", c.durable, c.stream, err)
+		}
+	}
+	return nil
+}
+
+// StreamOptions tune the streams EnsureStreams creates.
+type StreamOptions struct {
+	// Replicas per stream; 1 for a single server.
+	Replicas int
+	// DuplicateWindow is JetStream's Nats-Msg-Id dedupe window (default 2m).
+	DuplicateWindow time.Duration
+	// MaxAge bounds how long messages are kept (default 24h for INTENTS and
+	// OPS, 1h for RESULTS). The ledger, not the stream, is the record.
+	MaxAge time.Duration
+	// Memory stores streams in memory (tests, benchmarks); default file.
+	Memory bool
+}
+
+// EnsureStreams creates INTENTS, OPS and RESULTS where they do not exist yet.
+// Existing streams are left as the operator configured them.
+func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.DuplicateWindow == 0 {
+		o.DuplicateWindow = 2 * time.Minute
+	}
+	storage := jetstream.FileStorage
+	if o.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	age := func(def time.Duration) time.Duration {
+		if o.MaxAge > 0 {
+			return o.MaxAge
+		}
+		return def
+	}
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: wire.StreamIntents, Subjects: []string{wire.IntentSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour)},
+		{Name: wire.StreamOps, Subjects: []string{wire.OpsSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour)},
+		{Name: wire.StreamResults, Subjects: []string{wire.ResultSubjectPrefix + ">"}, MaxAge: age(time.Hour)},
+	} {
+		sc.Storage = storage
+		sc.Replicas = o.Replicas
+		sc.Duplicates = o.DuplicateWindow
+		sc.Retention = jetstream.LimitsPolicy
+		if _, err := b.js.Stream(ctx, sc.Name); err == nil {
+			continue
+		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
+		}
+		if _, err := b.js.CreateStream(ctx, sc); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}
+
+// Message is one message to publish.
+type Message struct {
+	Subject string
+	// MsgID becomes Nats-Msg-Id: a re-publish inside the duplicate window is
+	// stored once.
+	MsgID  string
+	Header map[string]string
+	Data   []byte
+}
+
+func (m Message) natsMsg() *nats.Msg {
+	nm := nats.NewMsg(m.Subject)
+	nm.Data = m.Data
+	for k, v := range m.Header {
+		nm.Header.Set(k, v)
+	}
+	if m.MsgID != "" {
+		nm.Header.Set(jetstream.MsgIDHeader, m.MsgID)
+	}
+	return nm
+}
+
+// Publish sends one message and waits for the stream's acknowledgement. It
+// reports whether JetStream recognised it as a duplicate.
+func (b *Bus) Publish(ctx context.Context, m Message) (duplicate bool, err error) {
+	ack, err := b.js.PublishMsg(ctx, m.natsMsg())
+	if err != nil {
+		return false, fmt.Errorf("bus: publish %s: %w", m.Subject, err)
+	}
+	return ack.Duplicate, nil
+}
+
+// PublishBatch sends messages without waiting between them, then waits for
+// every acknowledgement. errs[i] is nil when msgs[i] is stored (or was a
+// duplicate of a stored message).
+func (b *Bus) PublishBatch(ctx context.Context, msgs []Message) (errs []error) {
+	errs = make([]error, len(msgs))
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		f, err := b.js.PublishMsgAsync(m.natsMsg())
+		if err != nil {
+			errs[i] = fmt.Errorf("bus: publish %s: %w", m.Subject, err)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = fmt.Errorf("bus: publish %s: %w", msgs[i].Subject, err)
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("bus: publish %s: %w", msgs[i].Subject, ctx.Err())
+		}
+	}
+	return errs
+}
+
+// Delivery is one received message.
+type Delivery struct {
+	Subject string
+	Header  map[string]string
+	Data    []byte
+	// Delivered counts deliveries of this message, 1 on the first.
+	Delivered uint64
+}
+
+// Handler processes a delivery. Returning nil acknowledges it; an error wrapped
+// with Permanent terminates it (it will not be redelivered); any other error
+// asks for redelivery after a backoff. ctx is not the context given to
+// Consume: it is cancelled only when a stop has waited ShutdownGrace for the
+// handler to return (see Consume), and a handler should then give up promptly.
+type Handler func(ctx context.Context, d Delivery) error
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as not worth redelivering the message for.
+func Permanent(err error) error { return permanentError{err} }
+
+// ConsumerConfig configures a durable pull consumer shared by every process
+// that uses the same Durable name: each message goes to one of them.
+type ConsumerConfig struct {
+	Stream  string
+	Durable string
+	Filters []string
+	// Workers process deliveries concurrently in this process (default 8).
+	Workers int
+	// AckWait is how long a delivery may be processed before JetStream
+	// redelivers it (default 30s).
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries (default -1, unlimited: the ledger decides).
+	MaxDeliver int
+	// MaxAckPending bounds deliveries in flight across the fleet (default 1024).
+	MaxAckPending int
+	// ShutdownGrace bounds how long stopping waits for in-flight handlers
+	// before it cancels their context (default 30s). See Consume.
+	ShutdownGrace time.Duration
+}
+
+// Consume starts processing deliveries with up to cfg.Workers concurrent
+// calls of h. It runs until the returned stop function is called or ctx ends;
+// when ctx ends, a goroutine calls stop itself.
+//
+// Handlers do not run with ctx: they get a context that carries ctx's values
+// but neither its cancellation nor its deadline, so cancelling ctx (SIGTERM,
+// a deploy) does not abort work in progress, such as a vendor call whose
+// outcome would otherwise become unknown. That context is cancelled only by
+// stop, and only as a last resort.
+//
+// stop, which is safe to call more than once and from several goroutines
+// (every call returns once shutdown is complete), shuts down in this order:
+//
+//  1. It stops taking new messages: no message is handed to a worker from
+//     then on (bar one a worker was already receiving at that instant, which
+//     is handled like any other in-flight message), the subscription is
+//     drained, and every message that still reaches this process, including
+//     those already buffered in the client, is Nak'ed at once so that another
+//     member of the fleet can take it without waiting for AckWait. Idle
+//     workers exit.
+//  2. It waits for in-flight handlers to return and for their messages to be
+//     settled: Ack on nil, Term on Permanent, NakWithDelay otherwise (sent
+//     without waiting for the server's confirmation, as always).
+//  3. If they have not all returned within cfg.ShutdownGrace, it cancels their
+//     context and waits again, without a bound, for them to return; a handler
+//     that ignores its context therefore holds stop up. Their messages are
+//     then settled as usual, typically with NakWithDelay.
+//  4. It cancels the handlers' context (all have returned by now) and waits,
+//     for what is left of cfg.ShutdownGrace, for the subscription to finish
+//     draining. A callback the client delivers after that only Naks.
+//
+// Messages the server had already sent when the subscription closed, and
+// that never reached this process, are redelivered after AckWait.
+func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop func(), err error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.MaxDeliver == 0 {
+		cfg.MaxDeliver = -1
+	}
+	if cfg.MaxAckPending <= 0 {
+		cfg.MaxAckPending = 1024
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = 30 * time.Second
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver, MaxAckPending: cfg.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	if len(cfg.Filters) == 1 {
+		cc.FilterSubject = cfg.Filters[0] // servers before 2.10 know only the single filter
+	} else {
+		cc.FilterSubjects = cfg.Filters
+	}
+	cons, err := b.js.CreateOrUpdateConsumer(ctx, cfg.Stream, cc)
+	if err != nil {
+		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cfg.Durable, cfg.Stream, err)
+	}
+	b.mu.Lock()
+	b.bound = append(b.bound, boundConsumer{stream: cfg.Stream, durable: cfg.Durable})
+	b.mu.Unlock()
+
+	// hctx is the handlers' context: ctx's values, but cancelled only by stop.
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	// stopping is closed when stop begins. It is the only shutdown signal the
+	// Consume callback and the workers look at. work is never closed: the
+	// client may still run the callback after its Closed channel fires, and
+	// a send on a closed channel would panic.
+	stopping := make(chan struct{})
+	work := make(chan jetstream.Msg) // unbuffered: a message is either with a worker or still the callback's
+	var wg sync.WaitGroup
+	for range cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case m := <-work:
+					b.handle(hctx, cfg, m, h)
+				case <-stopping:
+					// Nothing can be pending here: work is unbuffered, so a
+					// callback that did not hand its message over Naks it.
+					return
+				}
+			}
+		}()
+	}
+	isStopping := func() bool {
+		select {
+		case <-stopping:
+			return true
+		default:
+			return false
+		}
+	}
+	consumeCtx, err := cons.Consume(func(m jetstream.Msg) {
+		if isStopping() {
+			_ = m.Nak()
+			return
+		}
+		select {
+		case work <- m:
+		case <-stopping:
+			_ = m.Nak()
+		}
+	}, jetstream.PullMaxMessages(2*cfg.Workers), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if !isStopping() && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			b.log.Debug().Err(err).Str("consumer", cfg.Durable).Msg("consume")
+		}
+	}))
+	if err != nil {
+		close(stopping)
+		wg.Wait()
+		hcancel()
+		return nil, fmt.Errorf("bus: consume %s: %w", cfg.Durable, err)
+	}
+
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			deadline := time.Now().Add(cfg.ShutdownGrace)
+			// 1. Take no new messages; buffered ones reach the callback and are Nak'ed.
+			close(stopping)
+			consumeCtx.Drain()
+
+			// 2. and 3. Wait for in-flight handlers, cancelling them after the grace.
+			handlersDone := make(chan struct{})
+			go func() {
+				wg.Wait()
+				close(handlersDone)
+			}()
+			grace := time.NewTimer(time.Until(deadline))
+			select {
+			case <-handlersDone:
+			case <-grace.C:
+				b.log.Warn().Str("consumer", cfg.Durable).Dur("grace_ms", cfg.ShutdownGrace).
+					Msg("handlers still running after the shutdown grace; cancelling them")
+				hcancel()
+				<-handlersDone
+			}
+			grace.Stop()
+
+			// 4. Release the context and let the subscription finish draining.
+			hcancel()
+			drained := time.NewTimer(max(time.Until(deadline), 0))
+			select {
+			case <-consumeCtx.Closed():
+			case <-drained.C:
+			}
+			drained.Stop()
+		})
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			stop()
+		case <-stopping:
+		}
+	}()
+	return stop, nil
+}
+
+func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h Handler) {
+	d := Delivery{Subject: m.Subject(), Data: m.Data(), Delivered: 1}
+	if hdr := m.Headers(); len(hdr) > 0 {
+		d.Header = make(map[string]string, len(hdr))
+		for k := range hdr {
+			d.Header[k] = hdr.Get(k)
+		}
+	}
+	if md, err := m.Metadata(); err == nil {
+		d.Delivered = md.NumDelivered
+	}
+	err := h(ctx, d)
+	var perm permanentError
+	switch {
+	case err == nil:
+		if aerr := m.Ack(); aerr != nil {
+			b.log.Warn().Err(aerr).Str("consumer", cfg.Durable).Msg("ack failed; the message will be redelivered and absorbed by the ledger")
+		}
+	case errors.As(err, &perm):
+		b.log.Warn().Err(err).Str("consumer", cfg.Durable).Str("subject", d.Subject).Msg("message terminated")
+		_ = m.Term()
+	default:
+		delay := time.Duration(d.Delivered*d.Delivered) * 100 * time.Millisecond
+		if delay > 10*time.Second {
+			delay = 10 * time.Second
+		}
+		if ctx.Err() == nil {
+			b.log.Warn().Err(err).Str("consumer", cfg.Durable).Str("subject", d.Subject).Uint64("delivered", d.Delivered).Msg("handler failed; redelivering")
+		}
+		_ = m.NakWithDelay(delay)
+	}
+}
+
+// redactURL drops credentials from a NATS URL before it goes into an error.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable NATS URL)"
+	}
+	if u.User != nil {
+		u.User = url.User("redacted")
+	}
+	return u.String()
+}

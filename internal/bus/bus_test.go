@@ -1,0 +1,282 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/natsembed"
+	"github.com/opledger/opledger/pkg/wire"
+)
+
+// env is an embedded JetStream with the opledger streams, a Bus on it, and a
+// plain JetStream client for inspecting consumers.
+type env struct {
+	bus *bus.Bus
+	js  jetstream.JetStream
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := natsembed.Start(natsembed.Options{})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	b, err := bus.Connect(ctx, srv.URL(), "t", zerolog.Nop())
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: true}))
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return env{bus: b, js: js}
+}
+
+func (e env) publish(t *testing.T, subject string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	msgs := make([]bus.Message, n)
+	for i := range msgs {
+		id := strconv.Itoa(i)
+		msgs[i] = bus.Message{Subject: subject, MsgID: id, Data: []byte(id)}
+	}
+	for i, err := range e.bus.PublishBatch(ctx, msgs) {
+		require.NoError(t, err, "message %d", i)
+	}
+}
+
+func (e env) consumerInfo(t *testing.T, durable string) *jetstream.ConsumerInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := e.js.Consumer(ctx, wire.StreamOps, durable)
+	require.NoError(t, err)
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	return info
+}
+
+// waitClosed fails the test unless ch is closed within d.
+func waitClosed(t *testing.T, ch <-chan struct{}, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(d):
+		t.Fatalf("timed out after %s waiting for %s", d, what)
+	}
+}
+
+// TestStopLetsInFlightHandlerFinish cancels the parent context while a handler
+// is mid-work: the handler's context stays live, the handler finishes, its
+// message is acknowledged rather than redelivered, and stop returns only after
+// the handler is done.
+func TestStopLetsInFlightHandlerFinish(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	subject := wire.OpsSubject(wire.KindDispatch, "capture_payment")
+	e.publish(t, subject, 1)
+
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var calls atomic.Int32
+	var finished atomic.Bool
+	var ctxErrAfterRelease atomic.Value // error, or errNone
+	errNone := errors.New("none")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop, err := e.bus.Consume(ctx, bus.ConsumerConfig{
+		Stream: wire.StreamOps, Durable: "inflight", Filters: []string{subject},
+		Workers: 2, AckWait: 5 * time.Second, ShutdownGrace: 20 * time.Second,
+	}, func(hctx context.Context, _ bus.Delivery) error {
+		if calls.Add(1) == 1 {
+			close(started)
+		}
+		<-release
+		if err := hctx.Err(); err != nil {
+			ctxErrAfterRelease.Store(err)
+		} else {
+			ctxErrAfterRelease.Store(errNone)
+		}
+		time.Sleep(50 * time.Millisecond) // still working after release: stop must wait for this too
+		finished.Store(true)
+		return nil
+	})
+	require.NoError(t, err)
+
+	waitClosed(t, started, 10*time.Second, "the handler to start")
+	cancel() // SIGTERM: the parent context ends while the handler is mid-work
+
+	// The goroutine watching ctx has begun stopping; a second stop waits for it.
+	stopped := make(chan struct{})
+	var finishedWhenStopped atomic.Bool
+	go func() {
+		stop()
+		finishedWhenStopped.Store(finished.Load())
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Fatal("stop returned while a handler was still in flight")
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	close(release)
+	waitClosed(t, stopped, 10*time.Second, "stop to return")
+	require.True(t, finishedWhenStopped.Load(), "stop returned before the handler finished")
+	require.Equal(t, errNone, ctxErrAfterRelease.Load(), "the handler's context was cancelled with the parent")
+	require.EqualValues(t, 1, calls.Load())
+
+	// The message was acknowledged: nothing pending, nothing redelivered.
+	require.Eventually(t, func() bool {
+		info := e.consumerInfo(t, "inflight")
+		return info.NumAckPending == 0 && info.AckFloor.Stream == 1
+	}, 10*time.Second, 20*time.Millisecond, "the message was not acknowledged")
+	info := e.consumerInfo(t, "inflight")
+	require.Zero(t, info.NumRedelivered)
+	require.Zero(t, info.NumPending)
+	require.EqualValues(t, 1, info.Delivered.Stream)
+}
+
+// TestStopCancelsHandlersAfterGrace: a handler that does not finish by itself
+// gets its context cancelled once ShutdownGrace has passed, and stop returns.
+func TestStopCancelsHandlersAfterGrace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	subject := wire.OpsSubject(wire.KindDispatch, "send_email")
+	e.publish(t, subject, 1)
+
+	const grace = 200 * time.Millisecond
+	started := make(chan struct{})
+	var startOnce sync.Once
+	var cancelledAt atomic.Int64
+	var parentCancelledAt atomic.Int64
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop, err := e.bus.Consume(ctx, bus.ConsumerConfig{
+		Stream: wire.StreamOps, Durable: "stuck", Filters: []string{subject},
+		Workers: 1, AckWait: 5 * time.Second, ShutdownGrace: grace,
+	}, func(hctx context.Context, _ bus.Delivery) error {
+		startOnce.Do(func() { close(started) })
+		<-hctx.Done() // never finishes on its own
+		cancelledAt.Store(time.Now().UnixNano())
+		return hctx.Err()
+	})
+	require.NoError(t, err)
+
+	waitClosed(t, started, 10*time.Second, "the handler to start")
+	parentCancelledAt.Store(time.Now().UnixNano())
+	cancel()
+
+	stopped := make(chan struct{})
+	go func() {
+		stop()
+		close(stopped)
+	}()
+	waitClosed(t, stopped, 10*time.Second, "stop to return")
+	require.NotZero(t, cancelledAt.Load(), "the handler's context was never cancelled")
+	waited := time.Duration(cancelledAt.Load() - parentCancelledAt.Load())
+	require.GreaterOrEqual(t, waited, grace, "the handler's context was cancelled before the grace ran out")
+}
+
+// TestStopWhileFlowing starts and stops a consumer repeatedly while messages
+// are flowing, then drains what is left: nothing panics, and every message is
+// handled successfully (and so acknowledged) exactly once.
+func TestStopWhileFlowing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	subject := wire.OpsSubject(wire.KindCompleted, "hammer")
+	const total = 2000
+	e.publish(t, subject, total)
+
+	var mu sync.Mutex
+	acked := make(map[string]int, total)
+	var ackedTotal atomic.Int64
+	var deliveries atomic.Int64
+	handler := func(_ context.Context, d bus.Delivery) error {
+		deliveries.Add(1)
+		// A little work, and now and then a retryable failure.
+		time.Sleep(time.Duration(len(d.Data)%3) * 100 * time.Microsecond)
+		if d.Delivered == 1 && d.Data[len(d.Data)-1] == '7' {
+			return fmt.Errorf("transient")
+		}
+		mu.Lock()
+		acked[string(d.Data)]++
+		mu.Unlock()
+		ackedTotal.Add(1)
+		return nil
+	}
+	cfg := bus.ConsumerConfig{
+		Stream: wire.StreamOps, Durable: "hammer", Filters: []string{subject},
+		Workers: 8, AckWait: 3 * time.Second, ShutdownGrace: 5 * time.Second,
+	}
+
+	for round := range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		stop, err := e.bus.Consume(ctx, cfg, handler)
+		require.NoError(t, err)
+		// Let messages flow, then stop in the middle of it.
+		before := ackedTotal.Load()
+		require.Eventually(t, func() bool { return ackedTotal.Load() >= before+25 || ackedTotal.Load() == total },
+			10*time.Second, time.Millisecond, "round %d: no progress", round)
+		if round%2 == 0 {
+			stop()
+		} else {
+			cancel() // the watching goroutine stops; stop waits for it
+			stop()
+		}
+		cancel()
+		stop() // idempotent
+	}
+	require.Less(t, ackedTotal.Load(), int64(total), "the rounds drained the stream: stop was never called mid-flow")
+	t.Logf("handled %d of %d messages over the stopped rounds", ackedTotal.Load(), total)
+
+	// Drain whatever is left with a final run.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop, err := e.bus.Consume(ctx, cfg, handler)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked) == total
+	}, 60*time.Second, 20*time.Millisecond, "not every message was handled")
+	require.Eventually(t, func() bool {
+		info := e.consumerInfo(t, "hammer")
+		return info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Stream == total
+	}, 10*time.Second, 20*time.Millisecond, "not every message was acknowledged")
+	stop()
+
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range total {
+		require.Equal(t, 1, acked[strconv.Itoa(i)], "message %d handled successfully %d times", i, acked[strconv.Itoa(i)])
+	}
+	t.Logf("deliveries %d for %d messages", deliveries.Load(), total)
+}
+
+// Credentials in a NATS URL never reach an error message (services print
+// these to their logs).
+func TestConnectErrorHidesCredentials(t *testing.T) {
+	t.Parallel()
+	_, err := bus.Connect(context.Background(), "nats://opuser:s3cr3t-pass@127.0.0.1:1", "t", zerolog.Nop())
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cr3t-pass")
+	require.NotContains(t, err.Error(), "opuser")
+}

@@ -1,0 +1,193 @@
+// Package ingest is planner-ingest: it turns intents from NATS into operations
+// in the ledger. Each intent runs through one Postgres transaction — inbox row,
+// canonical args, idempotency key, policy, operation row, its first events, the
+// dispatch command and the agent's answer in the outbox — and is acknowledged
+// to JetStream only after that transaction commits.
+//
+// Nothing is dropped silently: an invalid intent (bad JSON, unknown tool, args
+// failing the schema, key conflict) is kept in the inbox with its raw bytes and
+// reason and answered with a rejected result that says why.
+package ingest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/outbox"
+	"github.com/opledger/opledger/internal/store"
+	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/pkg/op"
+	"github.com/opledger/opledger/pkg/registry"
+	"github.com/opledger/opledger/pkg/wire"
+)
+
+// Source is the inbox source of intents received over NATS.
+const Source = "nats:intents"
+
+// Config tunes the service.
+type Config struct {
+	// Durable is the JetStream consumer name shared by all instances (default "planner-ingest").
+	Durable string
+	// Workers is the number of intents processed at once per instance
+	// (default 64: intents mostly wait on their commit, and more of them in
+	// flight let Postgres group the commits).
+	Workers int
+}
+
+// Service is planner-ingest.
+type Service struct {
+	cfg   Config
+	store *store.Store
+	bus   *bus.Bus
+	reg   *registry.Registry
+	log   zerolog.Logger
+	m     *telemetry.Metrics
+}
+
+// New returns the service; call Start.
+func New(cfg Config, st *store.Store, b *bus.Bus, reg *registry.Registry, m *telemetry.Metrics, log zerolog.Logger) *Service {
+	if cfg.Durable == "" {
+		cfg.Durable = "planner-ingest"
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 64
+	}
+	return &Service{cfg: cfg, store: st, bus: b, reg: reg, m: m, log: log}
+}
+
+// Start consumes intents until ctx ends; the returned function stops it and
+// waits for intents in flight.
+func (s *Service) Start(ctx context.Context) (stop func(), err error) {
+	return s.bus.Consume(ctx, bus.ConsumerConfig{
+		Stream: wire.StreamIntents, Durable: s.cfg.Durable, Workers: s.cfg.Workers,
+		Filters: []string{wire.IntentSubjectPrefix + ">"},
+	}, func(ctx context.Context, d bus.Delivery) error {
+		_, err := s.Ingest(ctx, d.Subject, d.Header, d.Data)
+		if errors.Is(err, op.ErrInvalid) {
+			// The database refused the bytes themselves; redelivering them
+			// would fail forever and hold a slot of the shared consumer.
+			sum := sha256.Sum256(d.Data)
+			s.log.Error().Err(err).Str("payload_sha256", hex.EncodeToString(sum[:])).Msg("intent refused by the ledger; dropped")
+			return bus.Permanent(err)
+		}
+		return err
+	})
+}
+
+// Answer is what Ingest decided and told the agent.
+type Answer struct {
+	Decision op.Decision
+	Result   wire.Result
+}
+
+// Ingest records one intent and answers it. The returned error is only for
+// infrastructure failures (the message should be redelivered); every verdict
+// about the intent itself is in the Answer.
+func (s *Service) Ingest(ctx context.Context, subject string, header map[string]string, body []byte) (*Answer, error) {
+	start := time.Now()
+	msgID := header[wire.HeaderMsgID]
+	tp := telemetry.ParseTraceparent(header[wire.HeaderTraceparent])
+	sub, tool, reject := s.plan(subject, msgID, body, tp)
+
+	var ans Answer
+	sub.Answer = func(res *store.SubmitResult) []store.Message {
+		ans.Decision = res.Decision
+		// A resent event whose first answer was a rejection or a conflict is
+		// answered the same way again, never with another operation's status.
+		firstRefused := res.Decision == op.DecisionDuplicateEvent &&
+			(res.FirstDecision == op.DecisionRejected || res.FirstDecision == op.DecisionConflict)
+		switch {
+		case res.Operation == nil || res.Decision == op.DecisionConflict || firstRefused:
+			reason := res.Reason
+			if reason == "" {
+				reason = reject
+			}
+			ans.Result = wire.Rejection(sub.EventID, sub.WorkflowID, tool, reason, res.Decision, time.Now())
+			if res.Operation != nil {
+				ans.Result.OperationID = res.Operation.ID
+			}
+		default:
+			ans.Result = wire.ResultFor(res.Operation, sub.EventID, res.Decision)
+			// The answer goes to the asking workflow, even when another
+			// workflow created the operation.
+			ans.Result.WorkflowID = sub.WorkflowID
+		}
+		return []store.Message{outbox.Result(ans.Result, tp)}
+	}
+	if _, err := s.store.Submit(ctx, sub); err != nil {
+		return nil, fmt.Errorf("ingest %s: %w", wire.Clip(sub.EventID), err)
+	}
+	s.m.Intent(tool, string(ans.Decision), time.Since(start))
+	ev := s.log.Info()
+	if ans.Decision == op.DecisionRejected || ans.Decision == op.DecisionConflict {
+		ev = s.log.Warn().Str("reason", ans.Result.Reason)
+	}
+	if sub.Operation != nil {
+		ev = ev.Str("args_hash", sub.Operation.ArgsHash).Str("side_effect_class", string(sub.Operation.Class))
+	}
+	ev.Str("event_id", sub.EventID).Str("workflow_id", sub.WorkflowID).Str("tool", tool).
+		Str("operation_id", ans.Result.OperationID).Str("idempotency_key", ans.Result.IdempotencyKey).
+		Str("dedupe_decision", string(ans.Decision)).Str("status", ans.Result.Status).
+		Str("trace_id", tp.TraceID).Dur("latency_ms", time.Since(start)).Msg("intent")
+	return &ans, nil
+}
+
+// plan validates an intent and prepares its submission. When the intent is
+// invalid the submission carries the reason and the raw bytes, and reject
+// repeats the reason.
+func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Traceparent) (sub store.Submission, tool, reject string) {
+	sub = store.Submission{Source: Source, Payload: body, Actor: "planner-ingest"}
+	in, err := wire.DecodeIntent(subject, msgID, body)
+	if err != nil {
+		// Without a trustworthy event id, key the inbox row by the header if
+		// it is a valid id or, failing that, by the bytes themselves: a
+		// redelivery lands on the same row. Nothing unvalidated reaches a
+		// text column, so hostile bytes cannot make the write fail forever.
+		sub.EventID = msgID
+		if !wire.ValidID(sub.EventID) {
+			sum := sha256.Sum256(body)
+			sub.EventID = "sha256:" + hex.EncodeToString(sum[:])
+		}
+		if wf := strings.TrimPrefix(subject, wire.IntentSubjectPrefix); wire.ValidID(wf) {
+			sub.WorkflowID = wf
+		}
+		sub.RejectReason = reason(err)
+		return sub, "", sub.RejectReason
+	}
+	sub.EventID, sub.WorkflowID, tool = in.EventID, in.WorkflowID, in.Tool
+	t, err := s.reg.Tool(in.Tool)
+	if err != nil {
+		sub.RejectReason = fmt.Sprintf("tool %q is not registered", wire.Clip(in.Tool))
+		return sub, tool, sub.RejectReason
+	}
+	p, err := t.Prepare(registry.Proposal{WorkflowID: in.WorkflowID, RunID: in.RunID, Intent: in.Intent, TraceID: tp.TraceID, Args: in.Args})
+	if err != nil {
+		sub.RejectReason = reason(err)
+		return sub, tool, sub.RejectReason
+	}
+	sub.Operation, sub.Initial = p.Operation, p.Initial
+	if p.Initial == op.EventEnqueue {
+		p.Operation.State = op.StatePendingDispatch
+		sub.Outbox = []store.Message{outbox.Command(wire.KindDispatch, p.Operation, in.EventID, tp, time.Time{})}
+	}
+	return sub, tool, ""
+}
+
+// reason is an error's text for a rejection, without the sentinel's suffix,
+// made safe for a text column: valid UTF-8, no NUL, at most 500 bytes.
+func reason(err error) string {
+	s := strings.TrimSuffix(err.Error(), ": "+op.ErrInvalid.Error())
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
+	if len(s) > 500 {
+		s = wire.Clip(s[:500])
+	}
+	return s
+}

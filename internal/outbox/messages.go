@@ -1,0 +1,36 @@
+package outbox
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/opledger/opledger/internal/store"
+	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/pkg/op"
+	"github.com/opledger/opledger/pkg/wire"
+)
+
+// Command is the outbox row of a command of kind for o in its current state
+// and lease epoch, due at at (zero: now). eventID is the inbound event that
+// created o, carried through so results can name it.
+func Command(kind string, o *op.Operation, eventID string, tp telemetry.Traceparent, at time.Time) store.Message {
+	cmd := wire.Command{
+		Spec: wire.SpecCommand, Kind: kind, OperationID: o.ID, Tool: o.Tool, IdempotencyKey: o.IdempotencyKey,
+		LeaseEpoch: o.LeaseEpoch, WorkflowID: o.WorkflowID, EventID: eventID, State: o.State,
+	}
+	data, _ := json.Marshal(cmd) // plain struct: cannot fail
+	return store.Message{
+		Subject: wire.OpsSubject(kind, o.Tool), MsgID: op.NewID("msg"), Payload: data,
+		OperationID: o.ID, AvailableAt: at, Header: tp.Header(),
+	}
+}
+
+// Result is the outbox row that carries r to the agent on its workflow's
+// results subject.
+func Result(r wire.Result, tp telemetry.Traceparent) store.Message {
+	data, _ := json.Marshal(r) // plain struct: cannot fail
+	return store.Message{
+		Subject: wire.ResultSubject(r.WorkflowID), MsgID: op.NewID("msg"), Payload: data,
+		OperationID: r.OperationID, Header: tp.Header(),
+	}
+}

@@ -1,0 +1,145 @@
+// Package outbox relays the transactional outbox to NATS JetStream.
+//
+// A relay claims unsent rows in batches (FOR UPDATE SKIP LOCKED, as a lease),
+// publishes each with Nats-Msg-Id = the row's msg id, waits for the PubAcks and
+// marks the acknowledged rows sent. A Waker wakes it when rows commit in its
+// own process, a NOTIFY (sent by other processes' Wakers) when they commit
+// elsewhere; polling is the fallback. Any number of relays may run against one database: they claim
+// disjoint rows. A crash between PubAck and mark-sent only causes a
+// re-publish after the lease ends, which JetStream's duplicate window or the
+// consumers' ledger checks absorb.
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/store"
+)
+
+// Config tunes a relay.
+type Config struct {
+	// ID names this relay in claims (default "relay").
+	ID string
+	// BatchSize is the most rows claimed per pass (default 256).
+	BatchSize int
+	// Lease is how long claimed rows are reserved (default 30s).
+	Lease time.Duration
+	// PollInterval is the fallback when no notification arrives (default 500ms).
+	PollInterval time.Duration
+	// RetryDelay is how long a row waits after a failed publish (default 1s).
+	RetryDelay time.Duration
+	// Wake, when set, signals rows committed in this process (Waker.Subscribe).
+	Wake <-chan struct{}
+}
+
+func (c *Config) setDefaults() {
+	if c.ID == "" {
+		c.ID = "relay"
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 256
+	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 500 * time.Millisecond
+	}
+	if c.RetryDelay <= 0 {
+		c.RetryDelay = time.Second
+	}
+}
+
+// Relay moves outbox rows to JetStream.
+type Relay struct {
+	cfg   Config
+	store *store.Store
+	bus   *bus.Bus
+	log   zerolog.Logger
+}
+
+// New returns a relay; call Run.
+func New(cfg Config, st *store.Store, b *bus.Bus, log zerolog.Logger) *Relay {
+	cfg.setDefaults()
+	return &Relay{cfg: cfg, store: st, bus: b, log: log.With().Str("component", "outbox-relay").Logger()}
+}
+
+// Run relays until ctx ends. It returns ctx's error.
+func (r *Relay) Run(ctx context.Context) error {
+	wake := make(chan struct{}, 1)
+	go r.store.ListenOutbox(ctx, wake) //nolint:errcheck // returns ctx.Err() when ctx ends
+	tick := time.NewTicker(r.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		n, err := r.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn().Err(err).Msg("relay pass failed")
+		}
+		if n == r.cfg.BatchSize && err == nil {
+			continue // more may be waiting
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wake:
+		case <-r.cfg.Wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// RunOnce claims one batch, publishes it and marks what JetStream
+// acknowledged. It returns how many rows it published.
+func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	claimed, err := r.store.OutboxClaim(ctx, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease)
+	if err != nil || len(claimed) == 0 {
+		return 0, err
+	}
+	msgs := make([]bus.Message, len(claimed))
+	for i, c := range claimed {
+		msgs[i] = bus.Message{Subject: c.Message.Subject, MsgID: c.Message.MsgID, Header: c.Message.Header, Data: c.Message.Payload}
+	}
+	errs := r.bus.PublishBatch(ctx, msgs)
+	var sent, failed []int64
+	var firstErr error
+	for i, c := range claimed {
+		if errs[i] != nil {
+			failed = append(failed, c.ID)
+			if firstErr == nil {
+				firstErr = errs[i]
+			}
+			continue
+		}
+		sent = append(sent, c.ID)
+	}
+	// Marking runs even if ctx ended: the messages are already in JetStream.
+	mctx := context.WithoutCancel(ctx)
+	if len(sent) > 0 {
+		if _, err := r.store.OutboxMarkSent(mctx, sent); err != nil {
+			// Rows stay claimed until the lease ends, then are re-published with
+			// the same msg id: a duplicate, absorbed downstream.
+			return 0, fmt.Errorf("mark %d rows sent: %w", len(sent), err)
+		}
+	}
+	if len(failed) > 0 {
+		if err := r.store.OutboxRelease(mctx, failed, r.cfg.RetryDelay, shortErr(firstErr)); err != nil {
+			return len(sent), errors.Join(firstErr, err)
+		}
+		return len(sent), fmt.Errorf("publish failed for %d of %d rows: %w", len(failed), len(claimed), firstErr)
+	}
+	return len(sent), nil
+}
+
+func shortErr(err error) string {
+	s := err.Error()
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}

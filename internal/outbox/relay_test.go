@@ -1,0 +1,317 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/outbox"
+	"github.com/opledger/opledger/internal/pipetest"
+	"github.com/opledger/opledger/internal/store"
+	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/pkg/wire"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// testSubject is inside the OPS stream; no consumer listens on it.
+var testSubject = wire.OpsSubject("relaytest", "noop")
+
+type bundle struct {
+	*pipetest.Env
+	// published counts, per Nats-Msg-Id, every publish that reached the NATS
+	// server, seen by a plain (non-JetStream) subscriber: unlike the stream, it
+	// sees re-publishes that JetStream's duplicate window drops.
+	published *publishCounter
+}
+
+func setup(t *testing.T, opts pipetest.Options) bundle {
+	t.Helper()
+	e := pipetest.Start(t, opts)
+	pc := &publishCounter{n: map[string]int{}}
+	sub, err := e.Bus.Conn().Subscribe(testSubject, func(m *nats.Msg) { pc.add(m.Header.Get(wire.HeaderMsgID)) })
+	require.NoError(t, err)
+	require.NoError(t, e.Bus.Conn().Flush()) // the subscription is live before anything is published
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return bundle{Env: e, published: pc}
+}
+
+type publishCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (p *publishCounter) add(id string) {
+	p.mu.Lock()
+	p.n[id]++
+	p.mu.Unlock()
+}
+
+func (p *publishCounter) snapshot() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]int, len(p.n))
+	for k, v := range p.n {
+		out[k] = v
+	}
+	return out
+}
+
+func (p *publishCounter) total() int {
+	n := 0
+	for _, v := range p.snapshot() {
+		n += v
+	}
+	return n
+}
+
+// enqueue commits n outbox rows in transactions of up to 100 and returns
+// their msg ids.
+func (b bundle) enqueue(t *testing.T, prefix string, n int) []string {
+	t.Helper()
+	var ids []string
+	for start := 0; start < n; start += 100 {
+		require.NoError(t, b.Store.InTx(b.Ctx, func(tx *store.Tx) error {
+			var msgs []store.Message
+			for i := start; i < min(start+100, n); i++ {
+				id := fmt.Sprintf("%s-%04d", prefix, i)
+				msgs = append(msgs, store.Message{Subject: testSubject, MsgID: id, Payload: []byte(id)})
+			}
+			return tx.Enqueue(b.Ctx, msgs...)
+		}))
+	}
+	for i := range n {
+		ids = append(ids, fmt.Sprintf("%s-%04d", prefix, i))
+	}
+	return ids
+}
+
+// streamMsgIDs reads every message of the OPS stream and returns their
+// Nats-Msg-Id headers, in stream order.
+func (b bundle) streamMsgIDs(t *testing.T) []string {
+	t.Helper()
+	s, err := b.JS.Stream(b.Ctx, wire.StreamOps)
+	require.NoError(t, err)
+	info, err := s.Info(b.Ctx)
+	require.NoError(t, err)
+	var ids []string
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(b.Ctx, seq)
+		require.NoError(t, err)
+		ids = append(ids, m.Header.Get(wire.HeaderMsgID))
+	}
+	return ids
+}
+
+// drained reports whether every outbox row is sent. It is an Eventually
+// condition, which runs on another goroutine: it must not call require.
+func (b bundle) drained() bool {
+	unsent, err := b.Store.OutboxUnsent(b.Ctx)
+	return err == nil && unsent == 0
+}
+
+func runRelay(t *testing.T, b bundle, cfg outbox.Config) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(b.Ctx)
+	done := make(chan struct{})
+	r := outbox.New(cfg, b.Store, b.Bus, b.Log)
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx) // returns ctx.Err()
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// Three relays drain one outbox of 500 rows. Each row must be claimed and
+// published exactly once and the stream must hold each msg id once.
+//
+// Breaking it: a claim without SKIP LOCKED or that ignores another relay's
+// live lease makes two relays publish the same row (the plain subscriber sees
+// a msg id twice, publish_count 2); a claim that skips rows (e.g. polling by
+// "id greater than the last seen") leaves rows unsent and the stream short.
+func TestRelaysPublishEveryRowOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pipetest.Options{})
+	const n = 500
+	want := b.enqueue(t, "multi", n)
+
+	for i := range 3 {
+		runRelay(t, b, outbox.Config{ID: fmt.Sprintf("relay-%d", i), BatchSize: 20, PollInterval: 50 * time.Millisecond})
+	}
+	require.Eventually(t, b.drained, 15*time.Second, 20*time.Millisecond, "the relays did not drain the outbox")
+
+	require.Equal(t, uint64(n), b.StreamMsgs(t, wire.StreamOps))
+	require.ElementsMatch(t, want, b.streamMsgIDs(t), "the stream holds each msg id exactly once")
+
+	// Every publish reaches the plain subscriber; wait for the last ones in flight.
+	require.Eventually(t, func() bool { return b.published.total() >= n }, 5*time.Second, 10*time.Millisecond)
+	got := b.published.snapshot()
+	require.Len(t, got, n)
+	for id, k := range got {
+		require.Equal(t, 1, k, "msg id %s was published %d times", id, k)
+	}
+
+	relays := map[string]int{}
+	for _, r := range b.Outbox(t) {
+		require.Equal(t, 1, r.PublishCount, "row %s was claimed %d times", r.MsgID, r.PublishCount)
+		require.NotNil(t, r.SentAt, "row %s", r.MsgID)
+		relays[r.ClaimedBy]++
+	}
+	// Not the rule itself, but proof the test exercised it: the rows were
+	// shared between relays rather than drained by one before the others started.
+	require.GreaterOrEqual(t, len(relays), 2, "claims per relay: %v", relays)
+}
+
+// A relay crashes after JetStream acknowledged its batch but before it marked
+// the rows sent. Simulated here: the test claims a batch under relay
+// "crashed", publishes it with bus.PublishBatch, and never marks it. Once the
+// lease has passed (the store's injected clock moves 31s on), a live relay
+// claims the rows again and re-publishes them with the same msg ids:
+// JetStream drops the copies, so the stream still holds each once.
+//
+// Breaking it: a claim that ignored the lease would re-publish while the
+// crashed relay still held the rows (the first RunOnce below would return
+// 10); a claim that never reclaimed expired leases would leave the rows unsent
+// forever; publishing without Nats-Msg-Id (or with a new id per publish)
+// would store 20 messages instead of 10.
+func TestRelayRepublishesAfterCrashBetweenPubAckAndMark(t *testing.T) {
+	t.Parallel()
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	b := setup(t, pipetest.Options{Clock: clock})
+	const n = 10
+	want := b.enqueue(t, "crash", n)
+
+	const lease = 30 * time.Second
+	claimed, err := b.Store.OutboxClaim(b.Ctx, "crashed", 100, lease)
+	require.NoError(t, err)
+	require.Len(t, claimed, n)
+	msgs := make([]bus.Message, len(claimed))
+	for i, c := range claimed {
+		msgs[i] = bus.Message{Subject: c.Message.Subject, MsgID: c.Message.MsgID, Header: c.Message.Header, Data: c.Message.Payload}
+	}
+	for i, err := range b.Bus.PublishBatch(b.Ctx, msgs) {
+		require.NoError(t, err, "publish %s", msgs[i].MsgID)
+	}
+	// The relay dies here: PubAcks received, rows not marked.
+	require.Equal(t, uint64(n), b.StreamMsgs(t, wire.StreamOps))
+
+	r := outbox.New(outbox.Config{ID: "survivor", Lease: lease}, b.Store, b.Bus, b.Log)
+	sent, err := r.RunOnce(b.Ctx)
+	require.NoError(t, err)
+	require.Zero(t, sent, "the crashed relay's lease still holds the rows")
+
+	now.Add(int64(lease + time.Second))
+	sent, err = r.RunOnce(b.Ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, sent, "after the lease the rows are claimed and published again")
+	unsent, err := b.Store.OutboxUnsent(b.Ctx)
+	require.NoError(t, err)
+	require.Zero(t, unsent)
+
+	require.Equal(t, uint64(n), b.StreamMsgs(t, wire.StreamOps), "JetStream dropped the re-published copies")
+	require.ElementsMatch(t, want, b.streamMsgIDs(t))
+	// The copies really were sent: the plain subscriber saw each msg id twice.
+	require.Eventually(t, func() bool { return b.published.total() >= 2*n }, 5*time.Second, 10*time.Millisecond)
+	for id, k := range b.published.snapshot() {
+		require.Equal(t, 2, k, "msg id %s", id)
+	}
+	for _, row := range b.Outbox(t) {
+		require.Equal(t, 2, row.PublishCount, "row %s", row.MsgID)
+		require.Equal(t, "survivor", row.ClaimedBy)
+	}
+}
+
+// openStore opens a second store on the test's database, as another process
+// would, calling onOutbox after each commit that wrote outbox rows.
+func (b bundle) openStore(t *testing.T, onOutbox func()) *store.Store {
+	t.Helper()
+	st, err := store.Open(b.Ctx, b.DBURL, store.Options{MaxConns: 4, OnOutbox: onOutbox})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	return st
+}
+
+// enqueueVia commits one outbox row through st.
+func (b bundle) enqueueVia(t *testing.T, st *store.Store, id string) {
+	t.Helper()
+	require.NoError(t, st.InTx(b.Ctx, func(tx *store.Tx) error {
+		return tx.Enqueue(b.Ctx, store.Message{Subject: testSubject, MsgID: id, Payload: []byte(id)})
+	}))
+}
+
+// startAfterFirstPass commits a row before the relay starts and waits until it is
+// sent: the relay's first pass is then over, and it waits on its wake-ups or
+// its poll.
+func (b bundle) startAfterFirstPass(t *testing.T, cfg outbox.Config) {
+	t.Helper()
+	b.enqueue(t, "before", 1)
+	runRelay(t, b, cfg)
+	require.Eventually(t, b.drained, 5*time.Second, 10*time.Millisecond, "the relay's first pass publishes what is already there")
+}
+
+// A row committed by another process while a relay waits on a one-minute
+// poll is published within seconds: the writer's Waker sends a NOTIFY after
+// the commit, and the relay's LISTEN connection wakes it. The relay here has
+// no in-process wake-up (Config.Wake is nil), so only the NOTIFY can do it.
+//
+// Breaking it: a store that does not call OnOutbox after the commit, a Waker
+// that does not NOTIFY, or a relay that does not listen or ignores the
+// notification leaves the row for the next poll a minute later, and the
+// Eventually below fails.
+func TestNotifyWakesRelayInAnotherProcess(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pipetest.Options{})
+	b.startAfterFirstPass(t, outbox.Config{ID: "sleepy", PollInterval: time.Minute})
+	// Wait until the relay's connection has run LISTEN (a NOTIFY before that is lost).
+	require.Eventually(t, func() bool {
+		// Conditions of Eventually run on another goroutine: no require in them.
+		var n int
+		err := b.DB.QueryRow(b.Ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'idle' AND query ILIKE 'LISTEN %'`).Scan(&n)
+		return err == nil && n == 1
+	}, 5*time.Second, 10*time.Millisecond, "the relay never listened")
+
+	// The writing process: its store kicks its Waker after each commit.
+	var waker *outbox.Waker
+	writer := b.openStore(t, func() { waker.Kick() })
+	waker = outbox.NewWaker(writer, 0)
+	ctx, cancel := context.WithCancel(b.Ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); waker.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	b.enqueueVia(t, writer, "after-0000")
+	require.Eventually(t, b.drained, 5*time.Second, 10*time.Millisecond,
+		"a row committed elsewhere while the relay waits is published long before its one-minute poll")
+	require.Equal(t, uint64(2), b.StreamMsgs(t, wire.StreamOps))
+}
+
+// In one process the Waker wakes the local relays directly (Config.Wake),
+// without a round trip through Postgres: no NOTIFY is sent here at all (the
+// Waker's Run loop, which sends them, is not started).
+//
+// Breaking it: a store that does not call OnOutbox after commits that wrote
+// outbox rows, or a relay that ignores Config.Wake, leaves the row for the
+// one-minute poll.
+func TestWakerWakesLocalRelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pipetest.Options{})
+	var waker *outbox.Waker
+	st := b.openStore(t, func() { waker.Kick() })
+	waker = outbox.NewWaker(st, 0)
+	b.startAfterFirstPass(t, outbox.Config{ID: "local", PollInterval: time.Minute, Wake: waker.Subscribe()})
+
+	b.enqueueVia(t, st, "after-0000")
+	require.Eventually(t, b.drained, 5*time.Second, 10*time.Millisecond,
+		"a row committed in this process is published long before the relay's one-minute poll")
+	require.Equal(t, uint64(2), b.StreamMsgs(t, wire.StreamOps))
+}

@@ -1,0 +1,205 @@
+// Package store is opledger's ledger in Postgres: operations, their append-only
+// event history, attempts, the inbox and the transactional outbox.
+//
+// It is the only package that imports the sqlc-generated code in db/dbsqlc;
+// pgx; its API speaks the domain types of package op, so neither driver nor
+// generated types leak out. Every multi-step write runs in one transaction
+// (Store.InTx); methods on *Tx compose inside it.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/opledger/opledger/db/dbsqlc"
+	"github.com/opledger/opledger/pkg/op"
+	"github.com/opledger/opledger/schema"
+)
+
+// Store is the ledger. It is safe for concurrent use.
+type Store struct {
+	reads
+	pool *pgxpool.Pool
+	// clock, when set, replaces the database's now() in every write (tests).
+	clock func() time.Time
+	// onOutbox is called after a transaction that wrote outbox rows commits.
+	onOutbox func()
+}
+
+// reads holds the lookups that work the same on the pool and in a transaction.
+type reads struct {
+	q *dbsqlc.Queries
+}
+
+// Options configure Open.
+type Options struct {
+	// MaxConns caps the pool; 0 keeps pgxpool's default (4 per CPU, at least 4).
+	MaxConns int32
+	// Clock replaces the database's now() in writes; nil uses the database clock.
+	Clock func() time.Time
+	// OnOutbox, when set, is called after every commit of a transaction that
+	// wrote outbox rows (to wake relays; see internal/outbox.Waker). It must not block.
+	OnOutbox func()
+}
+
+// Open connects to Postgres at connString. It does not apply migrations.
+func Open(ctx context.Context, connString string, opts Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("store: parse connection string: %w", op.ErrInvalid)
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: connect: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: ping: %w", err)
+	}
+	return &Store{reads: reads{q: dbsqlc.New(pool)}, pool: pool, clock: opts.Clock, onOutbox: opts.OnOutbox}, nil
+}
+
+// Close releases every connection.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// CheckSchema returns nil when the database has every migration this binary
+// embeds, and an error wrapping schema.ErrNotMigrated naming what is missing
+// otherwise.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	_, err := schema.Pending(ctx, s.pool)
+	return err
+}
+
+// Tx is one ledger transaction. Its methods compose: everything done through
+// one Tx commits or rolls back together.
+type Tx struct {
+	reads
+	tx    pgx.Tx
+	clock func() time.Time
+	// wroteOutbox records that the transaction added outbox rows.
+	wroteOutbox bool
+}
+
+// maxTxTries bounds retries of a transaction that failed with a deadlock or
+// serialization failure; the whole function runs again from the start.
+const maxTxTries = 4
+
+// InTx runs fn in a transaction and commits it when fn returns nil. A deadlock
+// or serialization failure rolls back and runs fn again (up to 4 times), so fn
+// must not have effects outside the transaction. Errors from fn are returned
+// as they are; database errors are translated (see translate).
+func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
+	var err error
+	for try := 1; try <= maxTxTries; try++ {
+		err = s.inTxOnce(ctx, fn)
+		if !errors.Is(err, op.ErrRetryable) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Duration(try*try) * 5 * time.Millisecond)
+	}
+	return err
+}
+
+func (s *Store) inTxOnce(ctx context.Context, fn func(*Tx) error) error {
+	ptx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return translate(fmt.Errorf("begin: %w", err))
+	}
+	defer ptx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	tx := &Tx{reads: reads{q: dbsqlc.New(ptx)}, tx: ptx, clock: s.clock}
+	if err := fn(tx); err != nil {
+		return translate(err)
+	}
+	if err := ptx.Commit(ctx); err != nil {
+		return translate(fmt.Errorf("commit: %w", err))
+	}
+	if tx.wroteOutbox && s.onOutbox != nil {
+		s.onOutbox()
+	}
+	return nil
+}
+
+// now returns the injected time, or nil to let the database use now().
+func (t *Tx) now() *time.Time { return clockNow(t.clock) }
+
+func (s *Store) nowPtr() *time.Time { return clockNow(s.clock) }
+
+func clockNow(clock func() time.Time) *time.Time {
+	if clock == nil {
+		return nil
+	}
+	n := clock().UTC()
+	return &n
+}
+
+// SQLSTATE codes translated once, here, by code and never by message text.
+const (
+	codeUniqueViolation      = "23505"
+	codeSerializationFailure = "40001"
+	codeDeadlockDetected     = "40P01"
+	// classDataException covers values the database refuses (invalid UTF-8,
+	// NUL in text, out-of-range numbers): retrying cannot help.
+	classDataException = "22"
+)
+
+// translate maps driver errors to op's sentinels, keeping the original in the
+// chain for logs: no rows → ErrNotFound, unique violation → ErrConflict,
+// serialization failure or deadlock → ErrRetryable, data exception → ErrInvalid.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %w", op.ErrNotFound, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case codeUniqueViolation:
+			return fmt.Errorf("%w: %w", op.ErrConflict, err)
+		case codeSerializationFailure, codeDeadlockDetected:
+			return fmt.Errorf("%w: %w", op.ErrRetryable, err)
+		}
+		if strings.HasPrefix(pgErr.Code, classDataException) {
+			return fmt.Errorf("%w: %w", op.ErrInvalid, err)
+		}
+	}
+	return err
+}
+
+func isNotFound(err error) bool { return errors.Is(err, op.ErrNotFound) }
+
+// Submit runs Tx.Submit in its own transaction.
+func (s *Store) Submit(ctx context.Context, sub Submission) (*SubmitResult, error) {
+	var res *SubmitResult
+	err := s.InTx(ctx, func(tx *Tx) error {
+		var err error
+		res, err = tx.Submit(ctx, sub)
+		return err
+	})
+	return res, err
+}
+
+// Transition runs Tx.Transition in its own transaction.
+func (s *Store) Transition(ctx context.Context, c Change) (*op.Operation, error) {
+	var o *op.Operation
+	err := s.InTx(ctx, func(tx *Tx) error {
+		var err error
+		o, err = tx.Transition(ctx, c)
+		return err
+	})
+	return o, err
+}
