@@ -58,7 +58,7 @@ func (s *Server) crmPut(r *http.Request, body []byte) result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.st
-	if res, ok := st.replay(RouteCRM, key, hash); ok {
+	if res, ok := st.replay(RouteCRM, key, hash, keyReused); ok {
 		return res
 	}
 	rec := st.records[id]

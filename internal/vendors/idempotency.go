@@ -28,6 +28,11 @@ func requestHash(path string, body []byte) [32]byte {
 			norm = b
 		}
 	}
+	return hashRequest(path, norm)
+}
+
+// hashRequest is requestHash for a body the caller has already normalized.
+func hashRequest(path string, norm []byte) [32]byte {
 	h := sha256.New()
 	h.Write([]byte(path))
 	h.Write([]byte{0})
@@ -38,9 +43,9 @@ func requestHash(path string, body []byte) [32]byte {
 }
 
 // replay answers a request whose idempotency key is known: the stored
-// response if the request is the same, 422 if it is not. ok is false for an
-// empty or unknown key. The caller holds s.mu.
-func (st *state) replay(scope, key string, hash [32]byte) (res result, ok bool) {
+// response if the request is the same, conflict if it is not. ok is false
+// for an empty or unknown key. The caller holds s.mu.
+func (st *state) replay(scope, key string, hash [32]byte, conflict result) (res result, ok bool) {
 	if key == "" {
 		return result{}, false
 	}
@@ -50,7 +55,7 @@ func (st *state) replay(scope, key string, hash [32]byte) (res result, ok bool) 
 	}
 	if e.hash != hash {
 		st.stats.Conflicts++
-		return errorResult(http.StatusUnprocessableEntity, "idempotency_key_reused"), true
+		return conflict, true
 	}
 	st.stats.Replays++
 	return result{status: e.status, body: e.body, replayed: true}, true
@@ -90,7 +95,11 @@ func errorResult(status int, code string) result {
 	return jsonResult(status, map[string]string{"error": code})
 }
 
-var notFound = errorResult(http.StatusNotFound, "not_found")
+var (
+	notFound = errorResult(http.StatusNotFound, "not_found")
+	// keyReused answers a known idempotency key sent with another request.
+	keyReused = errorResult(http.StatusUnprocessableEntity, "idempotency_key_reused")
+)
 
 // decodeJSON decodes a request body into v; false means 400.
 func decodeJSON(body []byte, v any) bool {

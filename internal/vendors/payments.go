@@ -53,7 +53,7 @@ func (s *Server) capture(r *http.Request, body []byte) result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.st
-	if res, ok := st.replay(RouteCapture, key, hash); ok {
+	if res, ok := st.replay(RouteCapture, key, hash, keyReused); ok {
 		return res
 	}
 	if in.OrderID == "" || in.AmountCents <= 0 || len(in.Currency) != 3 {
@@ -101,7 +101,7 @@ func (s *Server) refund(r *http.Request, body []byte) result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.st
-	if res, ok := st.replay(RouteRefund, key, hash); ok {
+	if res, ok := st.replay(RouteRefund, key, hash, keyReused); ok {
 		return res
 	}
 	if in.AmountCents < 0 || (in.ChargeID == "") == (in.OrderID == "") {

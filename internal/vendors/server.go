@@ -9,10 +9,15 @@
 // The counts are the ground truth that tests and the end-to-end suite assert on:
 // exactly one side effect per distinct operation.
 //
-// HTTP surface (all JSON):
+// HTTP surface (all JSON, except the form-encoded payment intent body; every
+// vendor route answers with a Request-Id header):
 //
-//	POST /v1/payments/capture        Idempotency-Key; 200 charge {"id":"ch_…","status":"succeeded",…}, Request-Id header
+//	POST /v1/payments/capture        Idempotency-Key; 200 charge {"id":"ch_…","status":"succeeded",…}
 //	GET  /v1/payments?idempotency_key=K      200 charge | 404 {"error":"not_found"}
+//	POST /v1/payment_intents         form-encoded, Stripe-like (see intents.go); Idempotency-Key;
+//	                                 200 {"id":"pi_…","object":"payment_intent","status":"succeeded",…}
+//	GET  /v1/payment_intents?idempotency_key=K
+//	                                 200 intent | 404 {"error":{"type":"invalid_request_error","code":"resource_missing",…}}
 //	POST /v1/refunds                 Idempotency-Key; {"charge_id"|"order_id","amount_cents"}
 //	GET  /v1/refunds?idempotency_key=K
 //	POST /v1/messages                no idempotency; X-Client-Reference stored; 202 {"id":"msg_…","status":"queued"}
@@ -50,32 +55,36 @@ import (
 
 // Effect kinds, the argument of EffectsByKey.
 const (
-	KindCapture = "capture" // key: Idempotency-Key, else order_id
-	KindRefund  = "refund"  // key: Idempotency-Key, else the refunded charge id
-	KindEmail   = "email"   // key: X-Client-Reference, else "to|template"
-	KindTicket  = "ticket"  // key: Idempotency-Key, else conversation_id
-	KindCRM     = "crm"     // key: Idempotency-Key, else record id; only writes that changed the record
+	KindCapture       = "capture"        // key: Idempotency-Key, else order_id
+	KindPaymentIntent = "payment_intent" // key: Idempotency-Key, else metadata[order_id]
+	KindRefund        = "refund"         // key: Idempotency-Key, else the refunded charge id
+	KindEmail         = "email"          // key: X-Client-Reference, else "to|template"
+	KindTicket        = "ticket"         // key: Idempotency-Key, else conversation_id
+	KindCRM           = "crm"            // key: Idempotency-Key, else record id; only writes that changed the record
 )
 
 // Routes, the names faults match on.
 const (
-	RouteCapture       = "capture"        // POST /v1/payments/capture
-	RouteCaptureLookup = "capture_lookup" // GET  /v1/payments?idempotency_key=K
-	RouteRefund        = "refund"         // POST /v1/refunds
-	RouteRefundLookup  = "refund_lookup"  // GET  /v1/refunds?idempotency_key=K
-	RouteEmail         = "email"          // POST /v1/messages
-	RouteEmailLookup   = "email_lookup"   // GET  /v1/messages?client_reference=R
-	RouteTicket        = "ticket"         // POST /v1/tickets
-	RouteTicketLookup  = "ticket_lookup"  // GET  /v1/tickets?idempotency_key=K
-	RouteAccount       = "account"        // GET  /v1/accounts/{account_id}
-	RouteCRM           = "crm"            // PUT  /v1/crm/records/{record_id}
-	RouteCRMGet        = "crm_get"        // GET  /v1/crm/records/{record_id}
+	RouteCapture             = "capture"               // POST /v1/payments/capture
+	RouteCaptureLookup       = "capture_lookup"        // GET  /v1/payments?idempotency_key=K
+	RoutePaymentIntent       = "payment_intent"        // POST /v1/payment_intents
+	RoutePaymentIntentLookup = "payment_intent_lookup" // GET  /v1/payment_intents?idempotency_key=K
+	RouteRefund              = "refund"                // POST /v1/refunds
+	RouteRefundLookup        = "refund_lookup"         // GET  /v1/refunds?idempotency_key=K
+	RouteEmail               = "email"                 // POST /v1/messages
+	RouteEmailLookup         = "email_lookup"          // GET  /v1/messages?client_reference=R
+	RouteTicket              = "ticket"                // POST /v1/tickets
+	RouteTicketLookup        = "ticket_lookup"         // GET  /v1/tickets?idempotency_key=K
+	RouteAccount             = "account"               // GET  /v1/accounts/{account_id}
+	RouteCRM                 = "crm"                   // PUT  /v1/crm/records/{record_id}
+	RouteCRMGet              = "crm_get"               // GET  /v1/crm/records/{record_id}
 	// RouteAny matches every route above.
 	RouteAny = "*"
 )
 
 var routes = []string{
-	RouteCapture, RouteCaptureLookup, RouteRefund, RouteRefundLookup, RouteEmail, RouteEmailLookup,
+	RouteCapture, RouteCaptureLookup, RoutePaymentIntent, RoutePaymentIntentLookup,
+	RouteRefund, RouteRefundLookup, RouteEmail, RouteEmailLookup,
 	RouteTicket, RouteTicketLookup, RouteAccount, RouteCRM, RouteCRMGet,
 }
 
@@ -189,22 +198,25 @@ func (s *Server) EffectsByKey(kind string) map[string]int {
 	return out
 }
 
-// Stats counts what the server did. Captures, Refunds, Emails, Tickets and
-// CRMWrites are side effects really performed; replays and refusals are not.
+// Stats counts what the server did. Captures, PaymentIntents, Refunds,
+// Emails, Tickets and CRMWrites are side effects really performed; replays
+// and refusals are not.
 type Stats struct {
-	Captures  int `json:"captures"`
-	Refunds   int `json:"refunds"`
-	Emails    int `json:"emails"`
-	Tickets   int `json:"tickets"`
-	CRMWrites int `json:"crm_writes"`
+	Captures       int `json:"captures"`
+	PaymentIntents int `json:"payment_intents"`
+	Refunds        int `json:"refunds"`
+	Emails         int `json:"emails"`
+	Tickets        int `json:"tickets"`
+	CRMWrites      int `json:"crm_writes"`
 	// AccountReads counts successful account reads (no side effect).
 	AccountReads int `json:"account_reads"`
 	// Replays counts answers served from an idempotency key's stored response.
 	Replays int `json:"replays"`
-	// Conflicts counts 422s: a known idempotency key with a different request.
+	// Conflicts counts refusals of a known idempotency key sent with a
+	// different request (422; 400 on payment intents).
 	Conflicts int `json:"conflicts"`
 	// Unkeyed counts effects performed for requests without an Idempotency-Key
-	// on routes that accept one (payments, tickets, CRM).
+	// on routes that accept one (payments, payment intents, tickets, CRM).
 	Unkeyed int `json:"unkeyed"`
 	// FaultsFired counts injected faults that were applied.
 	FaultsFired int `json:"faults_fired"`
@@ -223,6 +235,7 @@ type state struct {
 
 	charges        map[string]*charge
 	chargesByOrder map[string][]*charge
+	intents        map[string]*paymentIntent
 	refunds        map[string]*refund
 	messages       map[string]*message
 	messageByRef   map[string]*message
@@ -237,6 +250,7 @@ func newState() *state {
 		keys:           map[string]map[string]*idemEntry{},
 		charges:        map[string]*charge{},
 		chargesByOrder: map[string][]*charge{},
+		intents:        map[string]*paymentIntent{},
 		refunds:        map[string]*refund{},
 		messages:       map[string]*message{},
 		messageByRef:   map[string]*message{},
@@ -268,6 +282,8 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/payments/capture", s.endpoint(RouteCapture, s.capture))
 	mux.Handle("GET /v1/payments", s.endpoint(RouteCaptureLookup, s.captureLookup))
+	mux.Handle("POST /v1/payment_intents", s.endpoint(RoutePaymentIntent, s.paymentIntent))
+	mux.Handle("GET /v1/payment_intents", s.endpoint(RoutePaymentIntentLookup, s.paymentIntentLookup))
 	mux.Handle("POST /v1/refunds", s.endpoint(RouteRefund, s.refund))
 	mux.Handle("GET /v1/refunds", s.endpoint(RouteRefundLookup, s.refundLookup))
 	mux.Handle("POST /v1/messages", s.endpoint(RouteEmail, s.email))

@@ -35,7 +35,7 @@ func (s *Server) ticket(r *http.Request, body []byte) result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.st
-	if res, ok := st.replay(RouteTicket, key, hash); ok {
+	if res, ok := st.replay(RouteTicket, key, hash, keyReused); ok {
 		return res
 	}
 	if in.ConversationID == "" {
