@@ -35,13 +35,42 @@ const (
 	// FaultLatency delays the request by Fault.Delay (default 1s), then
 	// handles it normally — even if the client has given up meanwhile.
 	FaultLatency FaultKind = "latency"
+
+	// Hostile vendors: the effect happens and the answer is one a client
+	// must survive without losing track of it.
+
+	// FaultNULIDAfterCommit performs the effect, then answers with the
+	// normal status and body except that the "id" has a U+0000 after its
+	// prefix ("ch_\u0000…"). Only this answer is corrupted: replays and
+	// lookups show the real id. Bodies without a string id are sent as they are.
+	FaultNULIDAfterCommit FaultKind = "nul_id_after_commit"
+	// FaultHugeHeaderAfterCommit performs the effect, then answers normally
+	// with a Request-Id header of HugeHeaderBytes. Go's client accepts it
+	// under its default Transport.MaxResponseHeaderBytes (10 MB); a client
+	// with a lower limit gets an error ("server response headers exceeded
+	// N bytes; aborted") and no response.
+	FaultHugeHeaderAfterCommit FaultKind = "huge_header_after_commit"
+	// FaultTruncatedBodyAfterCommit performs the effect, then answers with
+	// the normal status and a Content-Length of the full body, writes only
+	// its first half and closes the connection: the client reads a valid
+	// status and headers, then gets io.ErrUnexpectedEOF from the body.
+	FaultTruncatedBodyAfterCommit FaultKind = "truncated_body_after_commit"
+	// FaultEndless performs nothing and never answers: the connection stays
+	// open until the client gives up or the server closes, whatever
+	// Fault.Delay and Options.Stall say.
+	FaultEndless FaultKind = "endless"
 )
+
+// HugeHeaderBytes is the length of the Request-Id header that
+// FaultHugeHeaderAfterCommit sends.
+const HugeHeaderBytes = 2 << 20
 
 // FaultKinds lists every fault.
 var FaultKinds = []FaultKind{
 	FaultTimeoutAfterCommit, FaultTimeoutBeforeCommit, FaultError500AfterCommit,
 	FaultError500BeforeCommit, FaultRateLimit, FaultResetAfterCommit,
 	FaultMalformedAfterCommit, FaultLatency,
+	FaultNULIDAfterCommit, FaultHugeHeaderAfterCommit, FaultTruncatedBodyAfterCommit, FaultEndless,
 }
 
 // Fault is applied to the next Times requests on Route. Faults queue: for a
@@ -53,7 +82,7 @@ type Fault struct {
 	// Times is how many requests the fault applies to; 0 means 1.
 	Times int `json:"times"`
 	// Delay is the latency fault's delay (default 1s) or the timeout faults'
-	// stall (default Options.Stall). In JSON: "delay_ms".
+	// stall (default Options.Stall); other faults ignore it. In JSON: "delay_ms".
 	Delay time.Duration `json:"-"`
 }
 

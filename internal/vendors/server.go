@@ -39,12 +39,15 @@ package vendors
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -367,6 +370,10 @@ func (s *Server) endpoint(route string, h func(r *http.Request, body []byte) res
 			w.Header().Set("Retry-After", "1")
 			writeResult(w, errorResult(http.StatusTooManyRequests, "rate_limited"))
 			return
+		case FaultEndless:
+			s.hold(r)
+			resetConn(w)
+			return
 		}
 
 		res := h(r, body)
@@ -380,6 +387,13 @@ func (s *Server) endpoint(route string, h func(r *http.Request, body []byte) res
 			resetConn(w)
 		case FaultMalformedAfterCommit:
 			writeResult(w, result{status: http.StatusOK, body: []byte(`{"id":"ch_`)})
+		case FaultNULIDAfterCommit:
+			writeResult(w, withNULID(res))
+		case FaultHugeHeaderAfterCommit:
+			w.Header().Set("Request-Id", hugeRequestID())
+			writeResult(w, res)
+		case FaultTruncatedBodyAfterCommit:
+			writeTruncated(w, res)
 		default:
 			writeResult(w, res)
 		}
@@ -426,6 +440,15 @@ func (s *Server) stall(w http.ResponseWriter, r *http.Request, d time.Duration) 
 	resetConn(w)
 }
 
+// hold keeps the request unanswered until the client gives up or the server
+// closes.
+func (s *Server) hold(r *http.Request) {
+	select {
+	case <-r.Context().Done():
+	case <-s.done:
+	}
+}
+
 // resetConn closes the client connection without a response, with an RST
 // where possible so the client sees "connection reset by peer".
 func resetConn(w http.ResponseWriter) {
@@ -444,11 +467,53 @@ func resetConn(w http.ResponseWriter) {
 }
 
 func writeResult(w http.ResponseWriter, res result) {
+	setHeaders(w, res)
+	w.WriteHeader(res.status)
+	_, _ = w.Write(res.body) // the client may be gone; nothing to do about it
+}
+
+func setHeaders(w http.ResponseWriter, res result) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if res.replayed {
 		h.Set("Idempotent-Replayed", "true")
 	}
+}
+
+// writeTruncated declares res's full length but writes only the first half
+// of its body. The server then closes the connection, as it does whenever a
+// handler writes less than its Content-Length.
+func writeTruncated(w http.ResponseWriter, res result) {
+	sent := res.body[:len(res.body)/2]
+	declared := len(res.body)
+	if declared == len(sent) { // an empty body: still declare more than is sent
+		declared++
+	}
+	setHeaders(w, res)
+	w.Header().Set("Content-Length", strconv.Itoa(declared))
 	w.WriteHeader(res.status)
-	_, _ = w.Write(res.body) // the client may be gone; nothing to do about it
+	_, _ = w.Write(sent)
+}
+
+// withNULID returns res with a U+0000 inserted after the prefix of its
+// "id" ("ch_abc" becomes "ch_\u0000abc"); res unchanged if its body is not
+// a JSON object with a non-empty string id.
+func withNULID(res result) result {
+	var obj map[string]json.RawMessage
+	var id string
+	if json.Unmarshal(res.body, &obj) != nil || json.Unmarshal(obj["id"], &id) != nil || id == "" {
+		return res
+	}
+	i := strings.IndexByte(id, '_') + 1
+	obj["id"], _ = json.Marshal(id[:i] + "\x00" + id[i:]) // a string always marshals
+	out := jsonResult(res.status, obj)
+	out.replayed = res.replayed
+	return out
+}
+
+// hugeRequestID is a valid header value of exactly HugeHeaderBytes.
+func hugeRequestID() string {
+	const prefix = "req_"
+	fill := strings.Repeat("0123456789abcdef", HugeHeaderBytes/16+1)
+	return prefix + fill[:HugeHeaderBytes-len(prefix)]
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -274,11 +275,12 @@ func TestCRMUpsertCountsChanges(t *testing.T) {
 // loaded machine, so counts are awaited.
 func TestFaults(t *testing.T) {
 	t.Parallel()
-	cases := []struct {
+	type faultCase struct {
 		fault    vendors.FaultKind
-		status   int // 0: the client gets no response
+		status   int // 0: the client gets no response, or not all of it
 		captures int
-	}{
+	}
+	cases := []faultCase{
 		{vendors.FaultTimeoutAfterCommit, 0, 1},
 		{vendors.FaultTimeoutBeforeCommit, 0, 0},
 		{vendors.FaultError500AfterCommit, http.StatusInternalServerError, 1},
@@ -287,6 +289,13 @@ func TestFaults(t *testing.T) {
 		{vendors.FaultResetAfterCommit, 0, 1},
 		{vendors.FaultMalformedAfterCommit, http.StatusOK, 1},
 		{vendors.FaultLatency, http.StatusOK, 1},
+		{vendors.FaultNULIDAfterCommit, http.StatusOK, 1},
+		{vendors.FaultHugeHeaderAfterCommit, http.StatusOK, 1},
+		{vendors.FaultTruncatedBodyAfterCommit, 0, 1}, // the body read fails
+		{vendors.FaultEndless, 0, 0},
+	}
+	for _, k := range vendors.FaultKinds {
+		require.True(t, slices.ContainsFunc(cases, func(tc faultCase) bool { return tc.fault == k }), "fault %s has no case", k)
 	}
 	for _, tc := range cases {
 		t.Run(string(tc.fault), func(t *testing.T) {
@@ -298,7 +307,8 @@ func TestFaults(t *testing.T) {
 			}
 			require.NoError(t, b.srv.InjectFault(f))
 			c := b.client
-			if tc.fault == vendors.FaultTimeoutAfterCommit || tc.fault == vendors.FaultTimeoutBeforeCommit {
+			switch tc.fault {
+			case vendors.FaultTimeoutAfterCommit, vendors.FaultTimeoutBeforeCommit, vendors.FaultEndless:
 				c = &http.Client{Timeout: 200 * time.Millisecond}
 			}
 			rep, err := b.try(c, "POST", "/v1/payments/capture", captureBody, "Idempotency-Key", "k")
