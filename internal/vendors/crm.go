@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Accounts is read-only; the CRM upserts records and counts only the writes
@@ -12,7 +13,7 @@ import (
 
 // account is GET /v1/accounts/{account_id}. Ids starting with "missing_" do
 // not exist (404); ids starting with "closed_" are closed.
-func (s *Server) account(r *http.Request, _ []byte) result {
+func (s *Server) account(r call) result {
 	id := r.PathValue("account_id")
 	if strings.HasPrefix(id, "missing_") {
 		return notFound
@@ -27,19 +28,33 @@ func (s *Server) account(r *http.Request, _ []byte) result {
 	return jsonResult(http.StatusOK, map[string]string{"id": id, "status": status})
 }
 
+// record is one version of a CRM record; a write makes a new one.
 type record struct {
 	ID      string                     `json:"id"`
 	Version int                        `json:"version"`
 	Fields  map[string]json.RawMessage `json:"fields"`
+
+	visibleAt time.Time
+	// prev is the version this one replaced, kept only while some version
+	// from prev on is not yet visible: GET falls back to it.
+	prev *record
+}
+
+// visibleVersion is the newest version of rec that GET may show; nil if none.
+func visibleVersion(rec *record) *record {
+	for rec != nil && !visible(rec.visibleAt) {
+		rec = rec.prev
+	}
+	return rec
 }
 
 // crmPut is PUT /v1/crm/records/{record_id} with a JSON object body that is
 // merged into the record: {"field":F,"value":V} sets field F to V; any other
 // object upserts its top-level keys ("record_id" is ignored). A write counts
 // only if it changed a value. Idempotency-Key works as for payments.
-func (s *Server) crmPut(r *http.Request, body []byte) result {
+func (s *Server) crmPut(r call) result {
 	var in map[string]any
-	dec := json.NewDecoder(bytes.NewReader(body))
+	dec := json.NewDecoder(bytes.NewReader(r.body))
 	dec.UseNumber()
 	if err := dec.Decode(&in); err != nil || in == nil {
 		return errorResult(http.StatusBadRequest, "invalid_json")
@@ -53,7 +68,7 @@ func (s *Server) crmPut(r *http.Request, body []byte) result {
 	delete(set, "record_id")
 	id := r.PathValue("record_id")
 	key := r.Header.Get("Idempotency-Key")
-	hash := requestHash(r.URL.Path, body)
+	hash := requestHash(r.URL.Path, r.body)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -61,11 +76,12 @@ func (s *Server) crmPut(r *http.Request, body []byte) result {
 	if res, ok := st.replay(RouteCRM, key, hash, keyReused); ok {
 		return res
 	}
-	rec := st.records[id]
+	old := st.records[id]
+	rec := old
 	if rec == nil {
 		rec = &record{ID: id, Fields: map[string]json.RawMessage{}}
 	}
-	changed := st.records[id] == nil
+	changed := old == nil
 	next := make(map[string]json.RawMessage, len(rec.Fields)+len(set))
 	for k, v := range rec.Fields {
 		next[k] = v
@@ -78,7 +94,10 @@ func (s *Server) crmPut(r *http.Request, body []byte) result {
 		}
 	}
 	if changed {
-		rec = &record{ID: id, Version: rec.Version + 1, Fields: next}
+		if old != nil && visible(old.visibleAt) {
+			old.prev = nil // GET will never need to look past old
+		}
+		rec = &record{ID: id, Version: rec.Version + 1, Fields: next, visibleAt: r.visibleAt, prev: old}
 		st.records[id] = rec
 		st.stats.CRMWrites++
 		st.keyedEffect(KindCRM, key, id)
@@ -91,12 +110,12 @@ func (s *Server) crmPut(r *http.Request, body []byte) result {
 	return res
 }
 
-// crmGet is GET /v1/crm/records/{record_id}.
-func (s *Server) crmGet(r *http.Request, _ []byte) result {
+// crmGet is GET /v1/crm/records/{record_id}: the newest visible version.
+func (s *Server) crmGet(r call) result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rec, ok := s.st.records[r.PathValue("record_id")]
-	if !ok {
+	rec := visibleVersion(s.st.records[r.PathValue("record_id")])
+	if rec == nil {
 		return notFound
 	}
 	return jsonResult(http.StatusOK, rec)

@@ -2,6 +2,7 @@ package vendors
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,17 +21,18 @@ type message struct {
 	ClientReference string `json:"client_reference,omitempty"`
 	Created         int64  `json:"created"`
 	created         time.Time
+	visibleAt       time.Time
 }
 
 // email is POST /v1/messages {"to","template","subject","body"}.
-func (s *Server) email(r *http.Request, body []byte) result {
+func (s *Server) email(r call) result {
 	var in struct {
 		To       string `json:"to"`
 		Template string `json:"template"`
 		Subject  string `json:"subject"`
 		Body     string `json:"body"`
 	}
-	if !decodeJSON(body, &in) {
+	if !decodeJSON(r.body, &in) {
 		return errorResult(http.StatusBadRequest, "invalid_json")
 	}
 	if !strings.Contains(in.To, "@") {
@@ -40,7 +42,7 @@ func (s *Server) email(r *http.Request, body []byte) result {
 	now := time.Now()
 	m := &message{
 		ID: op.NewID("msg"), Status: "queued", To: in.To, Template: in.Template,
-		ClientReference: ref, Created: now.Unix(), created: now,
+		ClientReference: ref, Created: now.Unix(), created: now, visibleAt: r.visibleAt,
 	}
 
 	s.mu.Lock()
@@ -50,27 +52,27 @@ func (s *Server) email(r *http.Request, body []byte) result {
 	effectKey := ref
 	if ref == "" {
 		effectKey = in.To + "|" + in.Template
-	} else if _, seen := st.messageByRef[ref]; !seen {
-		st.messageByRef[ref] = m
+	} else {
+		st.messageByRef[ref] = append(st.messageByRef[ref], m)
 	}
 	st.stats.Emails++
 	st.effect(KindEmail, effectKey)
 	return jsonResult(http.StatusAccepted, m)
 }
 
-// emailLookup is GET /v1/messages?client_reference=R: the first message sent
-// with R, "queued" for Options.EmailQueueDelay and "delivered" after.
-func (s *Server) emailLookup(r *http.Request, _ []byte) result {
+// emailLookup is GET /v1/messages?client_reference=R: the first visible
+// message sent with R, "queued" for Options.EmailQueueDelay and "delivered" after.
+func (s *Server) emailLookup(r call) result {
 	ref := r.URL.Query().Get("client_reference")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m, ok := s.st.messageByRef[ref]
-	if !ok || ref == "" {
+	i := slices.IndexFunc(s.st.messageByRef[ref], func(m *message) bool { return visible(m.visibleAt) })
+	if i < 0 || ref == "" {
 		return notFound
 	}
-	out := *m
+	out := *s.st.messageByRef[ref][i]
 	out.Status = "delivered"
-	if time.Since(m.created) < s.opts.EmailQueueDelay {
+	if time.Since(out.created) < s.opts.EmailQueueDelay {
 		out.Status = "queued"
 	}
 	return jsonResult(http.StatusOK, out)

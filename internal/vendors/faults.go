@@ -59,6 +59,15 @@ const (
 	// open until the client gives up or the server closes, whatever
 	// Fault.Delay and Options.Stall say.
 	FaultEndless FaultKind = "endless"
+	// FaultDelayedVisibility is a 500 from an eventually consistent vendor:
+	// it performs the effect at once and answers 500 like
+	// FaultError500AfterCommit, but lookups (and GET of a CRM record) do
+	// not see what the request committed until Fault.Delay (default 1s) has
+	// passed: they answer 404, or the CRM record as it was before. The
+	// vendor's idempotency store is not delayed: a retry with the same
+	// Idempotency-Key is replayed at once, as at Stripe. Stats, EffectsByKey,
+	// EffectsBy and CRMRecord always show the truth.
+	FaultDelayedVisibility FaultKind = "delayed_visibility"
 )
 
 // HugeHeaderBytes is the length of the Request-Id header that
@@ -71,6 +80,7 @@ var FaultKinds = []FaultKind{
 	FaultError500BeforeCommit, FaultRateLimit, FaultResetAfterCommit,
 	FaultMalformedAfterCommit, FaultLatency,
 	FaultNULIDAfterCommit, FaultHugeHeaderAfterCommit, FaultTruncatedBodyAfterCommit, FaultEndless,
+	FaultDelayedVisibility,
 }
 
 // Fault is applied to the next Times requests on Route. Faults queue: for a
@@ -81,8 +91,9 @@ type Fault struct {
 	Kind  FaultKind `json:"fault"`
 	// Times is how many requests the fault applies to; 0 means 1.
 	Times int `json:"times"`
-	// Delay is the latency fault's delay (default 1s) or the timeout faults'
-	// stall (default Options.Stall); other faults ignore it. In JSON: "delay_ms".
+	// Delay is the latency fault's delay (default 1s), the timeout faults'
+	// stall (default Options.Stall) or how long delayed_visibility hides an
+	// effect (default 1s); other faults ignore it. In JSON: "delay_ms".
 	Delay time.Duration `json:"-"`
 }
 
@@ -106,7 +117,7 @@ func (s *Server) InjectFault(f Fault) error {
 	if f.Times == 0 {
 		f.Times = 1
 	}
-	if f.Kind == FaultLatency && f.Delay == 0 {
+	if (f.Kind == FaultLatency || f.Kind == FaultDelayedVisibility) && f.Delay == 0 {
 		f.Delay = time.Second
 	}
 	s.mu.Lock()

@@ -47,6 +47,8 @@ type paymentIntent struct {
 	Customer *string           `json:"customer"` // null when absent, as Stripe sends it
 	Metadata map[string]string `json:"metadata"`
 	Created  int64             `json:"created"`
+
+	visibleAt time.Time
 }
 
 // stripeError is the error body of the payment intent routes.
@@ -86,12 +88,12 @@ type intentParams struct {
 }
 
 // paymentIntent is POST /v1/payment_intents.
-func (s *Server) paymentIntent(r *http.Request, body []byte) result {
+func (s *Server) paymentIntent(r call) result {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/x-www-form-urlencoded" {
 		return invalidRequest("", "Content-Type must be application/x-www-form-urlencoded")
 	}
-	form, err := url.ParseQuery(string(body))
+	form, err := url.ParseQuery(string(r.body))
 	if err != nil {
 		return invalidRequest("", "Invalid form-encoded body")
 	}
@@ -113,7 +115,7 @@ func (s *Server) paymentIntent(r *http.Request, body []byte) result {
 	pi := &paymentIntent{
 		ID: op.NewID("pi"), Object: "payment_intent", Status: "succeeded",
 		Amount: in.amount, Currency: in.currency, Customer: in.customer,
-		Metadata: in.metadata, Created: time.Now().Unix(),
+		Metadata: in.metadata, Created: time.Now().Unix(), visibleAt: r.visibleAt,
 	}
 	st.intents[pi.ID] = pi
 	st.stats.PaymentIntents++
@@ -196,11 +198,11 @@ func clip(s string) string {
 }
 
 // paymentIntentLookup is GET /v1/payment_intents?idempotency_key=K.
-func (s *Server) paymentIntentLookup(r *http.Request, _ []byte) result {
+func (s *Server) paymentIntentLookup(r call) result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pi, ok := s.st.intents[s.st.lookupKey(RoutePaymentIntent, r.URL.Query().Get("idempotency_key"))]
-	if !ok {
+	if !ok || !visible(pi.visibleAt) {
 		return intentMissing
 	}
 	return jsonResult(http.StatusOK, pi)

@@ -24,6 +24,7 @@ type charge struct {
 	CustomerID          string `json:"customer_id,omitempty"`
 	IdempotencyKey      string `json:"idempotency_key,omitempty"`
 	Created             int64  `json:"created"`
+	visibleAt           time.Time
 }
 
 type refund struct {
@@ -34,21 +35,22 @@ type refund struct {
 	AmountCents    int64  `json:"amount_cents"`
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	Created        int64  `json:"created"`
+	visibleAt      time.Time
 }
 
 // capture is POST /v1/payments/capture {"order_id","amount_cents","currency","customer_id"}.
-func (s *Server) capture(r *http.Request, body []byte) result {
+func (s *Server) capture(r call) result {
 	var in struct {
 		OrderID     string `json:"order_id"`
 		AmountCents int64  `json:"amount_cents"`
 		Currency    string `json:"currency"`
 		CustomerID  string `json:"customer_id"`
 	}
-	if !decodeJSON(body, &in) {
+	if !decodeJSON(r.body, &in) {
 		return errorResult(http.StatusBadRequest, "invalid_json")
 	}
 	key := r.Header.Get("Idempotency-Key")
-	hash := requestHash(r.URL.Path, body)
+	hash := requestHash(r.URL.Path, r.body)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -63,6 +65,7 @@ func (s *Server) capture(r *http.Request, body []byte) result {
 		ID: op.NewID("ch"), Object: "charge", Status: "succeeded",
 		OrderID: in.OrderID, AmountCents: in.AmountCents, Currency: in.Currency,
 		CustomerID: in.CustomerID, IdempotencyKey: key, Created: time.Now().Unix(),
+		visibleAt: r.visibleAt,
 	}
 	st.charges[ch.ID] = ch
 	st.chargesByOrder[ch.OrderID] = append(st.chargesByOrder[ch.OrderID], ch)
@@ -74,11 +77,11 @@ func (s *Server) capture(r *http.Request, body []byte) result {
 }
 
 // captureLookup is GET /v1/payments?idempotency_key=K: the charge as it is now.
-func (s *Server) captureLookup(r *http.Request, _ []byte) result {
+func (s *Server) captureLookup(r call) result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ch, ok := s.st.charges[s.st.lookupKey(RouteCapture, r.URL.Query().Get("idempotency_key"))]
-	if !ok {
+	if !ok || !visible(ch.visibleAt) {
 		return notFound
 	}
 	return jsonResult(http.StatusOK, ch)
@@ -86,17 +89,17 @@ func (s *Server) captureLookup(r *http.Request, _ []byte) result {
 
 // refund is POST /v1/refunds {"charge_id" or "order_id", "amount_cents"}.
 // amount_cents 0 or absent refunds what is left of the charge.
-func (s *Server) refund(r *http.Request, body []byte) result {
+func (s *Server) refund(r call) result {
 	var in struct {
 		ChargeID    string `json:"charge_id"`
 		OrderID     string `json:"order_id"`
 		AmountCents int64  `json:"amount_cents"`
 	}
-	if !decodeJSON(body, &in) {
+	if !decodeJSON(r.body, &in) {
 		return errorResult(http.StatusBadRequest, "invalid_json")
 	}
 	key := r.Header.Get("Idempotency-Key")
-	hash := requestHash(r.URL.Path, body)
+	hash := requestHash(r.URL.Path, r.body)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -126,6 +129,7 @@ func (s *Server) refund(r *http.Request, body []byte) result {
 	re := &refund{
 		ID: op.NewID("re"), Object: "refund", Status: "succeeded", ChargeID: ch.ID,
 		AmountCents: amount, IdempotencyKey: key, Created: time.Now().Unix(),
+		visibleAt: r.visibleAt,
 	}
 	st.refunds[re.ID] = re
 	st.stats.Refunds++
@@ -136,11 +140,11 @@ func (s *Server) refund(r *http.Request, body []byte) result {
 }
 
 // refundLookup is GET /v1/refunds?idempotency_key=K.
-func (s *Server) refundLookup(r *http.Request, _ []byte) result {
+func (s *Server) refundLookup(r call) result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	re, ok := s.st.refunds[s.st.lookupKey(RouteRefund, r.URL.Query().Get("idempotency_key"))]
-	if !ok {
+	if !ok || !visible(re.visibleAt) {
 		return notFound
 	}
 	return jsonResult(http.StatusOK, re)

@@ -241,7 +241,7 @@ type state struct {
 	intents        map[string]*paymentIntent
 	refunds        map[string]*refund
 	messages       map[string]*message
-	messageByRef   map[string]*message
+	messageByRef   map[string][]*message // every message per X-Client-Reference, oldest first
 	tickets        map[string]*ticket
 	records        map[string]*record
 }
@@ -256,7 +256,7 @@ func newState() *state {
 		intents:        map[string]*paymentIntent{},
 		refunds:        map[string]*refund{},
 		messages:       map[string]*message{},
-		messageByRef:   map[string]*message{},
+		messageByRef:   map[string][]*message{},
 		tickets:        map[string]*ticket{},
 		records:        map[string]*record{},
 	}
@@ -325,9 +325,22 @@ type result struct {
 	replayed bool
 }
 
+// call is a vendor request as a handler sees it.
+type call struct {
+	*http.Request
+	body []byte // the whole request body
+	// visibleAt is when what the call commits becomes visible to lookups;
+	// the zero time means at once (see FaultDelayedVisibility).
+	visibleAt time.Time
+}
+
+// visible reports whether something committed to become visible at is
+// visible now.
+func visible(at time.Time) bool { return at.IsZero() || !time.Now().Before(at) }
+
 // endpoint wraps a vendor handler with auth, counting, latency and faults.
 // The handler runs under no lock; it takes s.mu itself for its effect.
-func (s *Server) endpoint(route string, h func(r *http.Request, body []byte) result) http.Handler {
+func (s *Server) endpoint(route string, h func(r call) result) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Request-Id", op.NewID("req"))
 		if !s.authorized(r) {
@@ -376,12 +389,16 @@ func (s *Server) endpoint(route string, h func(r *http.Request, body []byte) res
 			return
 		}
 
-		res := h(r, body)
+		c := call{Request: r, body: body}
+		if f.Kind == FaultDelayedVisibility {
+			c.visibleAt = time.Now().Add(f.Delay)
+		}
+		res := h(c)
 
 		switch f.Kind {
 		case FaultTimeoutAfterCommit:
 			s.stall(w, r, f.Delay)
-		case FaultError500AfterCommit:
+		case FaultError500AfterCommit, FaultDelayedVisibility:
 			writeResult(w, errorResult(http.StatusInternalServerError, "internal_error"))
 		case FaultResetAfterCommit:
 			resetConn(w)

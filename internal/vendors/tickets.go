@@ -17,20 +17,21 @@ type ticket struct {
 	Queue          string `json:"queue,omitempty"`
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	Created        int64  `json:"created"`
+	visibleAt      time.Time
 }
 
 // ticket is POST /v1/tickets {"conversation_id","queue","summary"}; 201 on create.
-func (s *Server) ticket(r *http.Request, body []byte) result {
+func (s *Server) ticket(r call) result {
 	var in struct {
 		ConversationID string `json:"conversation_id"`
 		Queue          string `json:"queue"`
 		Summary        string `json:"summary"`
 	}
-	if !decodeJSON(body, &in) {
+	if !decodeJSON(r.body, &in) {
 		return errorResult(http.StatusBadRequest, "invalid_json")
 	}
 	key := r.Header.Get("Idempotency-Key")
-	hash := requestHash(r.URL.Path, body)
+	hash := requestHash(r.URL.Path, r.body)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -44,6 +45,7 @@ func (s *Server) ticket(r *http.Request, body []byte) result {
 	tk := &ticket{
 		ID: op.NewID("tk"), Status: "open", ConversationID: in.ConversationID,
 		Queue: in.Queue, IdempotencyKey: key, Created: time.Now().Unix(),
+		visibleAt: r.visibleAt,
 	}
 	st.tickets[tk.ID] = tk
 	st.stats.Tickets++
@@ -54,11 +56,11 @@ func (s *Server) ticket(r *http.Request, body []byte) result {
 }
 
 // ticketLookup is GET /v1/tickets?idempotency_key=K.
-func (s *Server) ticketLookup(r *http.Request, _ []byte) result {
+func (s *Server) ticketLookup(r call) result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	tk, ok := s.st.tickets[s.st.lookupKey(RouteTicket, r.URL.Query().Get("idempotency_key"))]
-	if !ok {
+	if !ok || !visible(tk.visibleAt) {
 		return notFound
 	}
 	return jsonResult(http.StatusOK, tk)

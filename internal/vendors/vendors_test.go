@@ -293,6 +293,7 @@ func TestFaults(t *testing.T) {
 		{vendors.FaultHugeHeaderAfterCommit, http.StatusOK, 1},
 		{vendors.FaultTruncatedBodyAfterCommit, 0, 1}, // the body read fails
 		{vendors.FaultEndless, 0, 0},
+		{vendors.FaultDelayedVisibility, http.StatusInternalServerError, 1},
 	}
 	for _, k := range vendors.FaultKinds {
 		require.True(t, slices.ContainsFunc(cases, func(tc faultCase) bool { return tc.fault == k }), "fault %s has no case", k)
