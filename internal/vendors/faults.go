@@ -33,7 +33,13 @@ const (
 	// invalid JSON.
 	FaultMalformedAfterCommit FaultKind = "malformed_after_commit"
 	// FaultLatency delays the request by Fault.Delay (default 1s), then
-	// handles it normally — even if the client has given up meanwhile.
+	// handles it normally — even if the client has given up meanwhile. It is
+	// the vendor that takes Delay to apply a request (slow before commit, an
+	// "apply delay"): until then the effect does not exist for lookups,
+	// replays or Stats, and if the server closes first it never happens.
+	// The key is not held meanwhile: a retry with the same Idempotency-Key
+	// during the delay performs the effect itself and the slow request is
+	// then replayed (Stripe would answer the retry 409 instead).
 	FaultLatency FaultKind = "latency"
 
 	// Hostile vendors: the effect happens and the answer is one a client

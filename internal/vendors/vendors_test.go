@@ -375,7 +375,33 @@ func TestLatencyCommitsLate(t *testing.T) {
 	_, err := b.try(&http.Client{Timeout: 100 * time.Millisecond}, "POST", "/v1/payments/capture", captureBody, "Idempotency-Key", "slow")
 	require.Error(t, err)
 	require.Equal(t, 0, b.srv.Stats().Captures)
+	require.Equal(t, http.StatusNotFound, b.do("GET", "/v1/payments?idempotency_key=slow", "").status)
 	require.Eventually(t, func() bool { return b.srv.Stats().Captures == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, http.StatusOK, b.do("GET", "/v1/payments?idempotency_key=slow", "").status)
+}
+
+// TestLatencyNeverAppliedIfClosed: a request still being applied when the
+// vendor goes down never commits, and lookups meanwhile see nothing.
+func TestLatencyNeverAppliedIfClosed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, vendors.Options{})
+	require.NoError(t, b.srv.InjectFault(vendors.Fault{Route: vendors.RoutePaymentIntent, Kind: vendors.FaultLatency, Delay: time.Hour}))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.try(&http.Client{}, "POST", "/v1/payment_intents", intentBody, "Content-Type", formType, "Idempotency-Key", "k")
+		errc <- err
+	}()
+	require.Eventually(t, func() bool { return b.srv.Stats().FaultsFired == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, http.StatusNotFound, b.do("GET", "/v1/payment_intents?idempotency_key=k", "").status)
+	b.srv.Close()
+	select {
+	case err := <-errc:
+		require.Error(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("client still waiting after Close")
+	}
+	require.Zero(t, b.srv.Stats().PaymentIntents)
+	require.Empty(t, b.srv.EffectsByKey(vendors.KindPaymentIntent))
 }
 
 func TestAdminHTTP(t *testing.T) {
@@ -402,6 +428,12 @@ func TestAdminHTTP(t *testing.T) {
 	effects := b.do("GET", "/_admin/effects?kind=capture", "")
 	require.Equal(t, map[string]any{"a": float64(1)}, effects.body)
 
+	// Every kind is accepted by name, with a delay.
+	for _, k := range vendors.FaultKinds {
+		rep := b.do("POST", "/_admin/faults", `{"route":"payment_intent","fault":"`+string(k)+`","delay_ms":5}`)
+		require.Equal(t, http.StatusNoContent, rep.status, "%s: %s", k, rep.raw)
+	}
+	require.Equal(t, http.StatusBadRequest, b.do("POST", "/_admin/faults", `{"route":"capture","fault":"latency","delay_ms":-1}`).status)
 	require.Equal(t, http.StatusNoContent, b.do("POST", "/_admin/faults", `{"route":"*","fault":"error_500_before_commit","times":9}`).status)
 	require.Equal(t, http.StatusNoContent, b.do("DELETE", "/_admin/faults", "").status)
 	require.Equal(t, http.StatusNoContent, b.do("POST", "/_admin/reset", "").status)
