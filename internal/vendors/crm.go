@@ -28,6 +28,31 @@ func (s *Server) account(r call) result {
 	return jsonResult(http.StatusOK, map[string]string{"id": id, "status": status})
 }
 
+// CRMRecord is a CRM record as the CRM holds it.
+type CRMRecord struct {
+	ID      string `json:"id"`
+	Version int    `json:"version"`
+	// Fields are the record's current values, each as JSON.
+	Fields map[string]json.RawMessage `json:"fields"`
+}
+
+// CRMRecord returns record id as it is now — after the latest write, even
+// one that delayed_visibility still hides from GET — and whether it exists.
+// The result is a copy.
+func (s *Server) CRMRecord(id string) (CRMRecord, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.st.records[id]
+	if !ok {
+		return CRMRecord{}, false
+	}
+	fields := make(map[string]json.RawMessage, len(rec.Fields))
+	for k, v := range rec.Fields {
+		fields[k] = bytes.Clone(v)
+	}
+	return CRMRecord{ID: rec.ID, Version: rec.Version, Fields: fields}, true
+}
+
 // record is one version of a CRM record; a write makes a new one.
 type record struct {
 	ID      string                     `json:"id"`

@@ -2,6 +2,7 @@ package vendors
 
 import (
 	"net/http"
+	"net/mail"
 	"slices"
 	"strings"
 	"time"
@@ -57,7 +58,17 @@ func (s *Server) email(r call) result {
 	}
 	st.stats.Emails++
 	st.effect(KindEmail, effectKey)
+	st.countBy(KindEmail, AttrTo, in.To)
+	st.countBy(KindEmail, AttrMailbox, mailbox(in.To))
 	return jsonResult(http.StatusAccepted, m)
+}
+
+// mailbox is the mailbox a recipient reaches: see AttrMailbox.
+func mailbox(to string) string {
+	if a, err := mail.ParseAddress(to); err == nil {
+		return strings.ToLower(a.Address)
+	}
+	return strings.ToLower(strings.TrimSpace(to))
 }
 
 // emailLookup is GET /v1/messages?client_reference=R: the first visible

@@ -120,6 +120,7 @@ func (s *Server) paymentIntent(r call) result {
 	st.intents[pi.ID] = pi
 	st.stats.PaymentIntents++
 	st.keyedEffect(KindPaymentIntent, key, orderID)
+	st.countBy(KindPaymentIntent, AttrOrderID, orderID)
 	res := jsonResult(http.StatusOK, pi)
 	st.remember(RoutePaymentIntent, key, hash, res, pi.ID)
 	return res

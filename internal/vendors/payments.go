@@ -71,6 +71,7 @@ func (s *Server) capture(r call) result {
 	st.chargesByOrder[ch.OrderID] = append(st.chargesByOrder[ch.OrderID], ch)
 	st.stats.Captures++
 	st.keyedEffect(KindCapture, key, in.OrderID)
+	st.countBy(KindCapture, AttrOrderID, in.OrderID)
 	res := jsonResult(http.StatusOK, ch)
 	st.remember(RouteCapture, key, hash, res, ch.ID)
 	return res

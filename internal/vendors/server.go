@@ -29,6 +29,8 @@
 //	GET  /v1/crm/records/{record_id}
 //	GET  /_admin/stats               Stats
 //	GET  /_admin/effects?kind=K      EffectsByKey(K)
+//	GET  /_admin/effects?kind=K&by=A EffectsBy(K, A), e.g. kind=email&by=mailbox
+//	GET  /_admin/crm/{record_id}     CRMRecord: 200 {"id","version","fields"} | 404
 //	POST /_admin/faults              {"route":"capture","fault":"timeout_after_commit","times":1,"delay_ms":0}
 //	DELETE /_admin/faults            ClearFaults
 //	POST /_admin/reset               Reset
@@ -64,6 +66,21 @@ const (
 	KindEmail         = "email"          // key: X-Client-Reference, else "to|template"
 	KindTicket        = "ticket"         // key: Idempotency-Key, else conversation_id
 	KindCRM           = "crm"            // key: Idempotency-Key, else record id; only writes that changed the record
+)
+
+// Effect attributes, the second argument of EffectsBy: a request value that
+// effects are also counted by. Replays and refusals are not counted.
+const (
+	// AttrTo (KindEmail) is the recipient exactly as received.
+	AttrTo = "to"
+	// AttrMailbox (KindEmail) is the mailbox a message reaches: the
+	// recipient's address (the part in <…> for "Name <addr>") lower-cased,
+	// as a mail server delivers "Victim@Example.COM" and
+	// "victim@example.com" to one mailbox. Nothing else is normalized.
+	AttrMailbox = "mailbox"
+	// AttrOrderID (KindCapture, KindPaymentIntent) is the order a charge is
+	// for: a capture's order_id, a payment intent's metadata[order_id].
+	AttrOrderID = "order_id"
 )
 
 // Routes, the names faults match on.
@@ -201,6 +218,20 @@ func (s *Server) EffectsByKey(kind string) map[string]int {
 	return out
 }
 
+// EffectsBy returns, for one effect kind, how many effects were performed
+// per value of one request attribute; see the Attr constants for which kind
+// has which. An unknown kind or attribute returns an empty map. The map is a
+// copy.
+func (s *Server) EffectsBy(kind, attr string) map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.st.values[kind][attr]))
+	for k, v := range s.st.values[kind][attr] {
+		out[k] = v
+	}
+	return out
+}
+
 // Stats counts what the server did. Captures, PaymentIntents, Refunds,
 // Emails, Tickets and CRMWrites are side effects really performed; replays
 // and refusals are not.
@@ -233,6 +264,8 @@ type state struct {
 	stats   Stats
 	faults  []*pendingFault
 	effects map[string]map[string]int
+	// values counts effects per kind, attribute and attribute value (EffectsBy).
+	values map[string]map[string]map[string]int
 	// keys holds stored responses per idempotency scope (a route) and key.
 	keys map[string]map[string]*idemEntry
 
@@ -250,6 +283,7 @@ func newState() *state {
 	return &state{
 		stats:          Stats{Requests: map[string]int{}},
 		effects:        map[string]map[string]int{},
+		values:         map[string]map[string]map[string]int{},
 		keys:           map[string]map[string]*idemEntry{},
 		charges:        map[string]*charge{},
 		chargesByOrder: map[string][]*charge{},
@@ -281,6 +315,21 @@ func (st *state) effect(kind, key string) {
 	m[key]++
 }
 
+// countBy counts one effect of kind under value of attr (an Attr constant).
+func (st *state) countBy(kind, attr, value string) {
+	byAttr := st.values[kind]
+	if byAttr == nil {
+		byAttr = map[string]map[string]int{}
+		st.values[kind] = byAttr
+	}
+	m := byAttr[attr]
+	if m == nil {
+		m = map[string]int{}
+		byAttr[attr] = m
+	}
+	m[value]++
+}
+
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/payments/capture", s.endpoint(RouteCapture, s.capture))
@@ -301,7 +350,20 @@ func (s *Server) routes() http.Handler {
 		writeResult(w, jsonResult(http.StatusOK, s.Stats()))
 	})
 	mux.HandleFunc("GET /_admin/effects", func(w http.ResponseWriter, r *http.Request) {
-		writeResult(w, jsonResult(http.StatusOK, s.EffectsByKey(r.URL.Query().Get("kind"))))
+		q := r.URL.Query()
+		if q.Has("by") {
+			writeResult(w, jsonResult(http.StatusOK, s.EffectsBy(q.Get("kind"), q.Get("by"))))
+			return
+		}
+		writeResult(w, jsonResult(http.StatusOK, s.EffectsByKey(q.Get("kind"))))
+	})
+	mux.HandleFunc("GET /_admin/crm/{record_id}", func(w http.ResponseWriter, r *http.Request) {
+		rec, ok := s.CRMRecord(r.PathValue("record_id"))
+		if !ok {
+			writeResult(w, notFound)
+			return
+		}
+		writeResult(w, jsonResult(http.StatusOK, rec))
 	})
 	mux.HandleFunc("POST /_admin/faults", s.adminFault)
 	mux.HandleFunc("DELETE /_admin/faults", func(w http.ResponseWriter, _ *http.Request) {
