@@ -24,7 +24,7 @@ func runDemo(ctx context.Context, args []string, env func(string) (string, bool)
 		return err
 	}
 	f.cfg.Services.Dispatchers = 3
-	f.cfg.Services.Reconcile.SweepInterval = 500 * time.Millisecond
+	f.cfg.Services.Maintain.SweepInterval = 500 * time.Millisecond
 	fmt.Fprintln(stdout, "Starting opledger on embedded defaults…")
 	d, err := app.StartStack(ctx, f.cfg)
 	if err != nil {

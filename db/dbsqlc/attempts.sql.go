@@ -10,59 +10,8 @@ import (
 	"time"
 )
 
-const attemptFinish = `-- name: AttemptFinish :one
-UPDATE attempts SET
-    finished_at = coalesce($1::timestamptz, now()),
-    outcome = $2, error_category = $3, error = $4, http_status = $5,
-    external_request_id = $6, external_object_id = $7
-WHERE id = $8 AND finished_at IS NULL
-RETURNING id, operation_id, number, lease_epoch, worker, started_at, finished_at, outcome, error_category, error, http_status, external_request_id, external_object_id
-`
-
-type AttemptFinishParams struct {
-	Now               *time.Time
-	Outcome           string
-	ErrorCategory     string
-	Error             string
-	HttpStatus        int32
-	ExternalRequestID string
-	ExternalObjectID  string
-	ID                string
-}
-
-// Only an unfinished attempt can be finished, once.
-func (q *Queries) AttemptFinish(ctx context.Context, arg AttemptFinishParams) (Attempt, error) {
-	row := q.db.QueryRow(ctx, attemptFinish,
-		arg.Now,
-		arg.Outcome,
-		arg.ErrorCategory,
-		arg.Error,
-		arg.HttpStatus,
-		arg.ExternalRequestID,
-		arg.ExternalObjectID,
-		arg.ID,
-	)
-	var i Attempt
-	err := row.Scan(
-		&i.ID,
-		&i.OperationID,
-		&i.Number,
-		&i.LeaseEpoch,
-		&i.Worker,
-		&i.StartedAt,
-		&i.FinishedAt,
-		&i.Outcome,
-		&i.ErrorCategory,
-		&i.Error,
-		&i.HttpStatus,
-		&i.ExternalRequestID,
-		&i.ExternalObjectID,
-	)
-	return i, err
-}
-
 const attemptList = `-- name: AttemptList :many
-SELECT id, operation_id, number, lease_epoch, worker, started_at, finished_at, outcome, error_category, error, http_status, external_request_id, external_object_id FROM attempts WHERE operation_id = $1 ORDER BY number
+SELECT id, operation_id, number, lease_epoch, worker, started_at, finished_at, outcome, error_category, error, http_status, external_request_id, external_object_id, deadline_at FROM attempts WHERE operation_id = $1 ORDER BY number
 `
 
 func (q *Queries) AttemptList(ctx context.Context, operationID string) ([]Attempt, error) {
@@ -88,6 +37,7 @@ func (q *Queries) AttemptList(ctx context.Context, operationID string) ([]Attemp
 			&i.HttpStatus,
 			&i.ExternalRequestID,
 			&i.ExternalObjectID,
+			&i.DeadlineAt,
 		); err != nil {
 			return nil, err
 		}
@@ -105,7 +55,7 @@ WITH claimed AS (
         state = 'dispatched', version = version + 1, lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1,
         updated_at = coalesce($1::timestamptz, now())
     WHERE operations.id = $2 AND operations.state = 'pending_dispatch' AND operations.lease_epoch = $3
-    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, at)
     SELECT claimed.id,
@@ -113,19 +63,21 @@ WITH claimed AS (
            'dispatch', 'pending_dispatch', 'dispatched', claimed.lease_epoch, $4, $5, claimed.updated_at
     FROM claimed
 ), attempt AS (
-    INSERT INTO attempts (id, operation_id, number, lease_epoch, worker, started_at)
-    SELECT $4, claimed.id, claimed.attempt_count, claimed.lease_epoch, $5, claimed.updated_at
+    INSERT INTO attempts (id, operation_id, number, lease_epoch, worker, started_at, deadline_at)
+    SELECT $4, claimed.id, claimed.attempt_count, claimed.lease_epoch, $5, claimed.updated_at,
+           claimed.updated_at + make_interval(secs => $6::float8)
     FROM claimed
 )
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id FROM claimed
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base FROM claimed
 `
 
 type OperationDispatchParams struct {
-	Now        *time.Time
-	ID         string
-	LeaseEpoch int64
-	AttemptID  string
-	Worker     string
+	Now            *time.Time
+	ID             string
+	LeaseEpoch     int64
+	AttemptID      string
+	Worker         string
+	TimeoutSeconds float64
 }
 
 type OperationDispatchRow struct {
@@ -154,11 +106,15 @@ type OperationDispatchRow struct {
 	UpdatedAt              time.Time
 	Version                int64
 	OriginEventID          string
+	Generation             int32
+	GenerationStartedAt    *time.Time
+	GenerationAttemptBase  int32
 }
 
 // Claims a pending operation for one attempt in one statement: the
 // conditional transition to dispatched taking the lease (epoch + 1), its event
-// row and the attempt row. No row: another worker won, or the command is stale.
+// row and the attempt row, whose deadline the database computes from its own
+// clock. No row: another worker won, or the command is stale.
 func (q *Queries) OperationDispatch(ctx context.Context, arg OperationDispatchParams) (OperationDispatchRow, error) {
 	row := q.db.QueryRow(ctx, operationDispatch,
 		arg.Now,
@@ -166,6 +122,7 @@ func (q *Queries) OperationDispatch(ctx context.Context, arg OperationDispatchPa
 		arg.LeaseEpoch,
 		arg.AttemptID,
 		arg.Worker,
+		arg.TimeoutSeconds,
 	)
 	var i OperationDispatchRow
 	err := row.Scan(
@@ -194,158 +151,9 @@ func (q *Queries) OperationDispatch(ctx context.Context, arg OperationDispatchPa
 		&i.UpdatedAt,
 		&i.Version,
 		&i.OriginEventID,
-	)
-	return i, err
-}
-
-const operationRecordOutcome = `-- name: OperationRecordOutcome :one
-WITH finished AS (
-    UPDATE attempts SET
-        finished_at = coalesce($1::timestamptz, now()),
-        outcome = $2, error_category = $3, error = $4, http_status = $5,
-        external_request_id = $6, external_object_id = $7
-    WHERE attempts.id = $8 AND attempts.finished_at IS NULL
-), changed AS (
-    UPDATE operations SET
-        state               = $9,
-        version             = operations.version + 1,
-        external_request_id = coalesce(nullif($6::text, ''), operations.external_request_id),
-        external_object_id  = coalesce(nullif($7::text, ''), operations.external_object_id),
-        last_error_category = $10,
-        last_error          = $11,
-        updated_at          = coalesce($1::timestamptz, now())
-    WHERE operations.id = $12 AND operations.state = 'dispatched' AND operations.lease_epoch = $13
-    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id
-), appended AS (
-    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
-    SELECT changed.id,
-           (SELECT coalesce(max(oe.seq), 0) + 1 FROM operation_events oe WHERE oe.operation_id = changed.id),
-           $14, 'dispatched', changed.state, changed.lease_epoch, $8, $15, $16::jsonb,
-           changed.updated_at
-    FROM changed
-), queued AS (
-    INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
-    SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
-           coalesce(nullif(m.available_at, '0001-01-01 00:00:00+00'), $1::timestamptz, now())
-    FROM (SELECT unnest($17::text[]) AS subject, unnest($18::text[]) AS msg_id,
-                 unnest($19::jsonb[]) AS headers, unnest($20::bytea[]) AS payload,
-                 unnest($21::text[]) AS operation_id,
-                 unnest($22::timestamptz[]) AS available_at) AS m
-    WHERE EXISTS (SELECT 1 FROM changed)
-)
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id FROM changed
-`
-
-type OperationRecordOutcomeParams struct {
-	Now               *time.Time
-	Outcome           string
-	ErrorCategory     string
-	Error             string
-	HttpStatus        int32
-	ExternalRequestID string
-	ExternalObjectID  string
-	AttemptID         string
-	ToState           string
-	LastErrorCategory string
-	LastError         string
-	ID                string
-	LeaseEpoch        int64
-	Event             string
-	Actor             string
-	Detail            []byte
-	Subjects          []string
-	MsgIds            []string
-	Headers           [][]byte
-	Payloads          [][]byte
-	OperationIds      []string
-	AvailableAts      []time.Time
-}
-
-type OperationRecordOutcomeRow struct {
-	ID                     string
-	WorkflowID             string
-	RunID                  string
-	Tool                   string
-	ToolVersion            int32
-	Intent                 string
-	EntityType             string
-	EntityID               string
-	ArgsCanonical          string
-	ArgsHash               string
-	SideEffectClass        string
-	IdempotencyKey         string
-	State                  string
-	AttemptCount           int32
-	LeaseEpoch             int64
-	ExternalRequestID      string
-	ExternalObjectID       string
-	CompensatesOperationID *string
-	TraceID                string
-	LastErrorCategory      string
-	LastError              string
-	CreatedAt              time.Time
-	UpdatedAt              time.Time
-	Version                int64
-	OriginEventID          string
-}
-
-// Records an attempt's outcome in one statement: the attempt row is finished
-// whatever happens, and only if the operation is still dispatched at the
-// attempt's lease epoch does it move to its new state, with its event row and
-// its outbox rows (the agent's result, a follow-up command). No row returned:
-// the operation moved on (a sweeper fenced this attempt off).
-func (q *Queries) OperationRecordOutcome(ctx context.Context, arg OperationRecordOutcomeParams) (OperationRecordOutcomeRow, error) {
-	row := q.db.QueryRow(ctx, operationRecordOutcome,
-		arg.Now,
-		arg.Outcome,
-		arg.ErrorCategory,
-		arg.Error,
-		arg.HttpStatus,
-		arg.ExternalRequestID,
-		arg.ExternalObjectID,
-		arg.AttemptID,
-		arg.ToState,
-		arg.LastErrorCategory,
-		arg.LastError,
-		arg.ID,
-		arg.LeaseEpoch,
-		arg.Event,
-		arg.Actor,
-		arg.Detail,
-		arg.Subjects,
-		arg.MsgIds,
-		arg.Headers,
-		arg.Payloads,
-		arg.OperationIds,
-		arg.AvailableAts,
-	)
-	var i OperationRecordOutcomeRow
-	err := row.Scan(
-		&i.ID,
-		&i.WorkflowID,
-		&i.RunID,
-		&i.Tool,
-		&i.ToolVersion,
-		&i.Intent,
-		&i.EntityType,
-		&i.EntityID,
-		&i.ArgsCanonical,
-		&i.ArgsHash,
-		&i.SideEffectClass,
-		&i.IdempotencyKey,
-		&i.State,
-		&i.AttemptCount,
-		&i.LeaseEpoch,
-		&i.ExternalRequestID,
-		&i.ExternalObjectID,
-		&i.CompensatesOperationID,
-		&i.TraceID,
-		&i.LastErrorCategory,
-		&i.LastError,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.Version,
-		&i.OriginEventID,
+		&i.Generation,
+		&i.GenerationStartedAt,
+		&i.GenerationAttemptBase,
 	)
 	return i, err
 }

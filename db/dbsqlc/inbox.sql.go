@@ -41,8 +41,34 @@ func (q *Queries) InboxCountByDecision(ctx context.Context) ([]InboxCountByDecis
 	return items, nil
 }
 
+const inboxDeleteRejected = `-- name: InboxDeleteRejected :execrows
+DELETE FROM inbox WHERE (source, event_id) IN (
+    SELECT source, event_id FROM inbox
+    WHERE rejected
+      AND received_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+    ORDER BY received_at LIMIT $3
+)
+`
+
+type InboxDeleteRejectedParams struct {
+	Now              *time.Time
+	OlderThanSeconds float64
+	MaxRows          int32
+}
+
+// Retention: deletes up to max_rows rejected events received before a cutoff.
+// Their event ids are forgotten with them: the same garbage arriving again
+// after that is rejected again, as new.
+func (q *Queries) InboxDeleteRejected(ctx context.Context, arg InboxDeleteRejectedParams) (int64, error) {
+	result, err := q.db.Exec(ctx, inboxDeleteRejected, arg.Now, arg.OlderThanSeconds, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const inboxGet = `-- name: InboxGet :one
-SELECT source, event_id, received_at, payload, payload_hash, workflow_id, decision, reason, operation_id, duplicate_count, last_seen_at FROM inbox WHERE source = $1 AND event_id = $2
+SELECT source, event_id, received_at, payload, payload_hash, workflow_id, decision, reason, operation_id, duplicate_count, last_seen_at, rejected FROM inbox WHERE source = $1 AND event_id = $2
 `
 
 type InboxGetParams struct {
@@ -65,13 +91,14 @@ func (q *Queries) InboxGet(ctx context.Context, arg InboxGetParams) (Inbox, erro
 		&i.OperationID,
 		&i.DuplicateCount,
 		&i.LastSeenAt,
+		&i.Rejected,
 	)
 	return i, err
 }
 
 const inboxInsert = `-- name: InboxInsert :one
-INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, received_at, last_seen_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7,
+INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, rejected, received_at, last_seen_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $6 = 'rejected',
         coalesce($8::timestamptz, now()), coalesce($8::timestamptz, now()))
 ON CONFLICT (source, event_id) DO NOTHING
 RETURNING source, event_id
@@ -94,6 +121,7 @@ type InboxInsertRow struct {
 }
 
 // Returns no row when (source, event_id) already exists: a duplicate event.
+// rejected is set here, once, and never updated.
 func (q *Queries) InboxInsert(ctx context.Context, arg InboxInsertParams) (InboxInsertRow, error) {
 	row := q.db.QueryRow(ctx, inboxInsert,
 		arg.Source,
@@ -114,7 +142,7 @@ const inboxMarkDuplicate = `-- name: InboxMarkDuplicate :one
 UPDATE inbox SET duplicate_count = duplicate_count + 1,
                  last_seen_at = coalesce($1::timestamptz, now())
 WHERE source = $2 AND event_id = $3
-RETURNING source, event_id, received_at, payload, payload_hash, workflow_id, decision, reason, operation_id, duplicate_count, last_seen_at
+RETURNING source, event_id, received_at, payload, payload_hash, workflow_id, decision, reason, operation_id, duplicate_count, last_seen_at, rejected
 `
 
 type InboxMarkDuplicateParams struct {
@@ -139,30 +167,7 @@ func (q *Queries) InboxMarkDuplicate(ctx context.Context, arg InboxMarkDuplicate
 		&i.OperationID,
 		&i.DuplicateCount,
 		&i.LastSeenAt,
+		&i.Rejected,
 	)
 	return i, err
-}
-
-const inboxSetDecision = `-- name: InboxSetDecision :exec
-UPDATE inbox SET decision = $1, reason = $2, operation_id = $3
-WHERE source = $4 AND event_id = $5
-`
-
-type InboxSetDecisionParams struct {
-	Decision    string
-	Reason      string
-	OperationID *string
-	Source      string
-	EventID     string
-}
-
-func (q *Queries) InboxSetDecision(ctx context.Context, arg InboxSetDecisionParams) error {
-	_, err := q.db.Exec(ctx, inboxSetDecision,
-		arg.Decision,
-		arg.Reason,
-		arg.OperationID,
-		arg.Source,
-		arg.EventID,
-	)
-	return err
 }

@@ -33,6 +33,7 @@ type Attempt struct {
 	HttpStatus        int32
 	ExternalRequestID string
 	ExternalObjectID  string
+	DeadlineAt        time.Time
 }
 
 type EntityLease struct {
@@ -56,6 +57,14 @@ type Inbox struct {
 	OperationID    *string
 	DuplicateCount int32
 	LastSeenAt     time.Time
+	Rejected       bool
+}
+
+type MaintenanceLeader struct {
+	ID          int32
+	Holder      string
+	ElectedAt   time.Time
+	HeartbeatAt time.Time
 }
 
 type Operation struct {
@@ -84,6 +93,9 @@ type Operation struct {
 	UpdatedAt              time.Time
 	Version                int64
 	OriginEventID          string
+	Generation             int32
+	GenerationStartedAt    *time.Time
+	GenerationAttemptBase  int32
 }
 
 type OperationEvent struct {
@@ -100,17 +112,19 @@ type OperationEvent struct {
 }
 
 type Outbox struct {
-	ID           int64
-	Subject      string
-	MsgID        string
-	Headers      []byte
-	Payload      []byte
-	OperationID  *string
-	CreatedAt    time.Time
-	AvailableAt  time.Time
-	ClaimedBy    string
-	ClaimedUntil *time.Time
-	PublishCount int32
-	LastError    string
-	SentAt       *time.Time
+	ID              int64
+	Subject         string
+	MsgID           string
+	Headers         []byte
+	Payload         []byte
+	OperationID     *string
+	CreatedAt       time.Time
+	AvailableAt     time.Time
+	ClaimedBy       string
+	ClaimedUntil    *time.Time
+	PublishCount    int32
+	LastError       string
+	SentAt          *time.Time
+	PublishFailures int32
+	ParkedAt        *time.Time
 }

@@ -21,11 +21,10 @@ WITH events AS (
 ), outbox_rows AS (
     INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
     SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
-           coalesce(nullif(m.available_at, '0001-01-01 00:00:00+00'), $8::timestamptz, now())
+           coalesce($8::timestamptz, now()) + make_interval(secs => m.delay_seconds)
     FROM (SELECT unnest($14::text[]) AS subject, unnest($15::text[]) AS msg_id,
                  unnest($16::jsonb[]) AS headers, unnest($17::bytea[]) AS payload,
-                 unnest($18::text[]) AS operation_id,
-                 unnest($19::timestamptz[]) AS available_at) AS m
+                 unnest($18::text[]) AS operation_id, unnest($19::float8[]) AS delay_seconds) AS m
 )
 UPDATE inbox SET decision = $1, reason = $2, operation_id = $3
 WHERE source = $4 AND event_id = $5
@@ -50,7 +49,7 @@ type OperationCreatedParams struct {
 	Headers          [][]byte
 	Payloads         [][]byte
 	OperationIds     []string
-	AvailableAts     []time.Time
+	Delays           []float64
 }
 
 // Everything a new operation needs besides its row, in one statement: its
@@ -76,7 +75,7 @@ func (q *Queries) OperationCreated(ctx context.Context, arg OperationCreatedPara
 		arg.Headers,
 		arg.Payloads,
 		arg.OperationIds,
-		arg.AvailableAts,
+		arg.Delays,
 	)
 	return err
 }

@@ -10,6 +10,19 @@ import (
 	"time"
 )
 
+const dBNow = `-- name: DBNow :one
+SELECT coalesce($1::timestamptz, now())::timestamptz AS db_now
+`
+
+// The database's clock (or the injected one): deadlines are compared on it,
+// never on a host's clock.
+func (q *Queries) DBNow(ctx context.Context, now *time.Time) (time.Time, error) {
+	row := q.db.QueryRow(ctx, dBNow, now)
+	var db_now time.Time
+	err := row.Scan(&db_now)
+	return db_now, err
+}
+
 const operationCountByState = `-- name: OperationCountByState :many
 SELECT state, count(*)::bigint AS n FROM operations GROUP BY state ORDER BY state
 `
@@ -40,7 +53,7 @@ func (q *Queries) OperationCountByState(ctx context.Context) ([]OperationCountBy
 }
 
 const operationGet = `-- name: OperationGet :one
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id FROM operations WHERE id = $1
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base FROM operations WHERE id = $1
 `
 
 func (q *Queries) OperationGet(ctx context.Context, id string) (Operation, error) {
@@ -72,12 +85,15 @@ func (q *Queries) OperationGet(ctx context.Context, id string) (Operation, error
 		&i.UpdatedAt,
 		&i.Version,
 		&i.OriginEventID,
+		&i.Generation,
+		&i.GenerationStartedAt,
+		&i.GenerationAttemptBase,
 	)
 	return i, err
 }
 
 const operationGetByKey = `-- name: OperationGetByKey :one
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id FROM operations WHERE idempotency_key = $1
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base FROM operations WHERE idempotency_key = $1
 `
 
 func (q *Queries) OperationGetByKey(ctx context.Context, idempotencyKey string) (Operation, error) {
@@ -109,6 +125,9 @@ func (q *Queries) OperationGetByKey(ctx context.Context, idempotencyKey string) 
 		&i.UpdatedAt,
 		&i.Version,
 		&i.OriginEventID,
+		&i.Generation,
+		&i.GenerationStartedAt,
+		&i.GenerationAttemptBase,
 	)
 	return i, err
 }
@@ -125,7 +144,7 @@ INSERT INTO operations (
     coalesce($18::timestamptz, now()), coalesce($18::timestamptz, now())
 )
 ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
-RETURNING operations.id, operations.workflow_id, operations.run_id, operations.tool, operations.tool_version, operations.intent, operations.entity_type, operations.entity_id, operations.args_canonical, operations.args_hash, operations.side_effect_class, operations.idempotency_key, operations.state, operations.attempt_count, operations.lease_epoch, operations.external_request_id, operations.external_object_id, operations.compensates_operation_id, operations.trace_id, operations.last_error_category, operations.last_error, operations.created_at, operations.updated_at, operations.version, operations.origin_event_id, (xmax <> 0)::boolean AS duplicate
+RETURNING operations.id, operations.workflow_id, operations.run_id, operations.tool, operations.tool_version, operations.intent, operations.entity_type, operations.entity_id, operations.args_canonical, operations.args_hash, operations.side_effect_class, operations.idempotency_key, operations.state, operations.attempt_count, operations.lease_epoch, operations.external_request_id, operations.external_object_id, operations.compensates_operation_id, operations.trace_id, operations.last_error_category, operations.last_error, operations.created_at, operations.updated_at, operations.version, operations.origin_event_id, operations.generation, operations.generation_started_at, operations.generation_attempt_base, (xmax <> 0)::boolean AS duplicate
 `
 
 type OperationInsertOrGetParams struct {
@@ -205,13 +224,16 @@ func (q *Queries) OperationInsertOrGet(ctx context.Context, arg OperationInsertO
 		&i.Operation.UpdatedAt,
 		&i.Operation.Version,
 		&i.Operation.OriginEventID,
+		&i.Operation.Generation,
+		&i.Operation.GenerationStartedAt,
+		&i.Operation.GenerationAttemptBase,
 		&i.Duplicate,
 	)
 	return i, err
 }
 
 const operationListByWorkflow = `-- name: OperationListByWorkflow :many
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id FROM operations WHERE workflow_id = $1 ORDER BY created_at, id
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base FROM operations WHERE workflow_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string) ([]Operation, error) {
@@ -249,6 +271,86 @@ func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string
 			&i.UpdatedAt,
 			&i.Version,
 			&i.OriginEventID,
+			&i.Generation,
+			&i.GenerationStartedAt,
+			&i.GenerationAttemptBase,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const operationListDispatchedUnclaimed = `-- name: OperationListDispatchedUnclaimed :many
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base FROM operations o
+WHERE o.state = 'dispatched'
+  AND o.updated_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+  AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch
+                  AND a.finished_at IS NULL
+                  AND a.deadline_at >= coalesce($1::timestamptz, now()) - make_interval(secs => $3::float8))
+ORDER BY o.updated_at
+LIMIT $4
+`
+
+type OperationListDispatchedUnclaimedParams struct {
+	Now              *time.Time
+	OlderThanSeconds float64
+	GraceSeconds     float64
+	MaxRows          int32
+}
+
+// Operations in dispatched with no open attempt at their lease epoch past its
+// deadline: stranded by something other than a dead dispatcher (the
+// attempt row says it finished, yet the operation never moved). The
+// re-drive pass looks for them too, so that every operation in dispatched
+// past its attempt's deadline is swept, whatever its attempts say.
+func (q *Queries) OperationListDispatchedUnclaimed(ctx context.Context, arg OperationListDispatchedUnclaimedParams) ([]Operation, error) {
+	rows, err := q.db.Query(ctx, operationListDispatchedUnclaimed,
+		arg.Now,
+		arg.OlderThanSeconds,
+		arg.GraceSeconds,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Operation{}
+	for rows.Next() {
+		var i Operation
+		if err := rows.Scan(
+			&i.ID,
+			&i.WorkflowID,
+			&i.RunID,
+			&i.Tool,
+			&i.ToolVersion,
+			&i.Intent,
+			&i.EntityType,
+			&i.EntityID,
+			&i.ArgsCanonical,
+			&i.ArgsHash,
+			&i.SideEffectClass,
+			&i.IdempotencyKey,
+			&i.State,
+			&i.AttemptCount,
+			&i.LeaseEpoch,
+			&i.ExternalRequestID,
+			&i.ExternalObjectID,
+			&i.CompensatesOperationID,
+			&i.TraceID,
+			&i.LastErrorCategory,
+			&i.LastError,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Version,
+			&i.OriginEventID,
+			&i.Generation,
+			&i.GenerationStartedAt,
+			&i.GenerationAttemptBase,
 		); err != nil {
 			return nil, err
 		}
@@ -261,56 +363,70 @@ func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string
 }
 
 const operationListStuckDispatched = `-- name: OperationListStuckDispatched :many
-SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id FROM attempts a JOIN operations o ON o.id = a.operation_id
-WHERE a.finished_at IS NULL AND a.started_at < $1
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, a.id AS attempt_id, a.deadline_at FROM attempts a JOIN operations o ON o.id = a.operation_id
+WHERE a.finished_at IS NULL
+  AND a.deadline_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
   AND o.state = 'dispatched' AND o.lease_epoch = a.lease_epoch
-ORDER BY a.started_at
-LIMIT $2
+ORDER BY a.deadline_at
+LIMIT $3
 `
 
 type OperationListStuckDispatchedParams struct {
-	OlderThan time.Time
-	MaxRows   int32
+	Now          *time.Time
+	GraceSeconds float64
+	MaxRows      int32
 }
 
-// Operations still in dispatched whose open attempt started before a cutoff:
-// their dispatcher died or hangs (the sweeper). Found through
-// attempts_open_idx, so that no index on operations covers its state.
-func (q *Queries) OperationListStuckDispatched(ctx context.Context, arg OperationListStuckDispatchedParams) ([]Operation, error) {
-	rows, err := q.db.Query(ctx, operationListStuckDispatched, arg.OlderThan, arg.MaxRows)
+type OperationListStuckDispatchedRow struct {
+	Operation  Operation
+	AttemptID  string
+	DeadlineAt time.Time
+}
+
+// Operations still in dispatched whose current attempt is past its deadline
+// plus grace on the database's clock: their dispatcher died or hangs (the
+// sweeper). Found through attempts_open_deadline_idx, so that no index on
+// operations covers its state.
+func (q *Queries) OperationListStuckDispatched(ctx context.Context, arg OperationListStuckDispatchedParams) ([]OperationListStuckDispatchedRow, error) {
+	rows, err := q.db.Query(ctx, operationListStuckDispatched, arg.Now, arg.GraceSeconds, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []Operation{}
+	items := []OperationListStuckDispatchedRow{}
 	for rows.Next() {
-		var i Operation
+		var i OperationListStuckDispatchedRow
 		if err := rows.Scan(
-			&i.ID,
-			&i.WorkflowID,
-			&i.RunID,
-			&i.Tool,
-			&i.ToolVersion,
-			&i.Intent,
-			&i.EntityType,
-			&i.EntityID,
-			&i.ArgsCanonical,
-			&i.ArgsHash,
-			&i.SideEffectClass,
-			&i.IdempotencyKey,
-			&i.State,
-			&i.AttemptCount,
-			&i.LeaseEpoch,
-			&i.ExternalRequestID,
-			&i.ExternalObjectID,
-			&i.CompensatesOperationID,
-			&i.TraceID,
-			&i.LastErrorCategory,
-			&i.LastError,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.Version,
-			&i.OriginEventID,
+			&i.Operation.ID,
+			&i.Operation.WorkflowID,
+			&i.Operation.RunID,
+			&i.Operation.Tool,
+			&i.Operation.ToolVersion,
+			&i.Operation.Intent,
+			&i.Operation.EntityType,
+			&i.Operation.EntityID,
+			&i.Operation.ArgsCanonical,
+			&i.Operation.ArgsHash,
+			&i.Operation.SideEffectClass,
+			&i.Operation.IdempotencyKey,
+			&i.Operation.State,
+			&i.Operation.AttemptCount,
+			&i.Operation.LeaseEpoch,
+			&i.Operation.ExternalRequestID,
+			&i.Operation.ExternalObjectID,
+			&i.Operation.CompensatesOperationID,
+			&i.Operation.TraceID,
+			&i.Operation.LastErrorCategory,
+			&i.Operation.LastError,
+			&i.Operation.CreatedAt,
+			&i.Operation.UpdatedAt,
+			&i.Operation.Version,
+			&i.Operation.OriginEventID,
+			&i.Operation.Generation,
+			&i.Operation.GenerationStartedAt,
+			&i.Operation.GenerationAttemptBase,
+			&i.AttemptID,
+			&i.DeadlineAt,
 		); err != nil {
 			return nil, err
 		}
@@ -323,27 +439,29 @@ func (q *Queries) OperationListStuckDispatched(ctx context.Context, arg Operatio
 }
 
 const operationListUnattended = `-- name: OperationListUnattended :many
-SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id FROM operations o
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base FROM operations o
 WHERE o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
-  AND o.updated_at < $1
-  AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL)
+  AND o.updated_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+  AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL AND b.parked_at IS NULL)
 ORDER BY o.updated_at
-LIMIT $2
+LIMIT $3
 `
 
 type OperationListUnattendedParams struct {
-	OlderThan time.Time
-	MaxRows   int32
+	Now              *time.Time
+	OlderThanSeconds float64
+	MaxRows          int32
 }
 
 // Operations waiting on a command (pending_dispatch, unknown_outcome,
-// acknowledged) that changed before a cutoff and have no unsent outbox row:
-// their command was published and then lost (a terminated message, a stream
-// past its MaxAge, a JetStream failure). Without an index on state (so that
-// transitions stay HOT) this scans operations, so it runs rarely; the
-// NOT EXISTS probes only unsent outbox rows (outbox_unsent_idx), few by design.
+// acknowledged) that changed before a cutoff on the database's clock and
+// have no unsent outbox row: their command was published and then lost (a
+// terminated message, a NATS server that lost its store). Without an index
+// on state (so that transitions stay HOT) this scans operations, so it runs
+// rarely, in the maintenance leader only; the NOT EXISTS probes only unsent
+// outbox rows (outbox_unsent_idx), few by design.
 func (q *Queries) OperationListUnattended(ctx context.Context, arg OperationListUnattendedParams) ([]Operation, error) {
-	rows, err := q.db.Query(ctx, operationListUnattended, arg.OlderThan, arg.MaxRows)
+	rows, err := q.db.Query(ctx, operationListUnattended, arg.Now, arg.OlderThanSeconds, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
@@ -377,6 +495,9 @@ func (q *Queries) OperationListUnattended(ctx context.Context, arg OperationList
 			&i.UpdatedAt,
 			&i.Version,
 			&i.OriginEventID,
+			&i.Generation,
+			&i.GenerationStartedAt,
+			&i.GenerationAttemptBase,
 		); err != nil {
 			return nil, err
 		}
@@ -389,47 +510,83 @@ func (q *Queries) OperationListUnattended(ctx context.Context, arg OperationList
 }
 
 const operationTransition = `-- name: OperationTransition :one
-WITH changed AS (
+WITH finished AS (
+    UPDATE attempts SET
+        finished_at = coalesce($1::timestamptz, now()),
+        outcome = $2, error_category = $3, error = $4, http_status = $5,
+        external_request_id = $6, external_object_id = $7
+    WHERE attempts.id = $8
+      AND (attempts.finished_at IS NULL OR (attempts.error_category = 'swept' AND $3::text <> 'swept'))
+), changed AS (
     UPDATE operations SET
-        state               = $1,
-        version             = version + 1,
-        lease_epoch         = lease_epoch + CASE WHEN $2::boolean THEN 1 ELSE 0 END,
-        attempt_count       = attempt_count + CASE WHEN $3::boolean THEN 1 ELSE 0 END,
-        external_request_id = coalesce(nullif($4::text, ''), external_request_id),
-        external_object_id  = coalesce(nullif($5::text, ''), external_object_id),
-        last_error_category = CASE WHEN $6::boolean THEN $7::text ELSE last_error_category END,
-        last_error          = CASE WHEN $6::boolean THEN $8::text ELSE last_error END,
-        updated_at          = coalesce($9::timestamptz, now())
-    WHERE operations.id = $10 AND operations.state = $11 AND operations.lease_epoch = $12
-    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id
+        state               = $9,
+        version             = operations.version + cardinality($10::text[]),
+        lease_epoch         = operations.lease_epoch + CASE WHEN $11::boolean THEN 1 ELSE 0 END,
+        generation          = operations.generation + CASE WHEN $12::boolean THEN 1 ELSE 0 END,
+        generation_started_at = CASE WHEN $12::boolean THEN coalesce($1::timestamptz, now())
+                                     ELSE operations.generation_started_at END,
+        generation_attempt_base = CASE WHEN $12::boolean THEN operations.attempt_count
+                                       ELSE operations.generation_attempt_base END,
+        external_request_id = coalesce(nullif($13::text, ''), operations.external_request_id),
+        external_object_id  = coalesce(nullif($14::text, ''), operations.external_object_id),
+        last_error_category = CASE WHEN $15::boolean THEN $16::text ELSE operations.last_error_category END,
+        last_error          = CASE WHEN $15::boolean THEN $17::text ELSE operations.last_error END,
+        updated_at          = coalesce($1::timestamptz, now())
+    WHERE operations.id = $18 AND operations.state = $19 AND operations.lease_epoch = $20
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
     SELECT changed.id,
-           (SELECT coalesce(max(oe.seq), 0) + 1 FROM operation_events oe WHERE oe.operation_id = changed.id),
-           $13, $11, changed.state, changed.lease_epoch, $14, $15, $16::jsonb,
-           changed.updated_at
-    FROM changed
+           (SELECT coalesce(max(oe.seq), 0) FROM operation_events oe WHERE oe.operation_id = changed.id) + e.ord,
+           e.event, e.from_state, e.to_state, changed.lease_epoch, $21, $22, e.detail, changed.updated_at
+    FROM changed,
+         (SELECT unnest($10::text[]) AS event, unnest($23::text[]) AS from_state,
+                 unnest($24::text[]) AS to_state, unnest($25::jsonb[]) AS detail,
+                 generate_series(1, cardinality($10::text[])) AS ord) AS e
+), queued AS (
+    INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
+    SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
+           coalesce($1::timestamptz, now()) + make_interval(secs => m.delay_seconds)
+    FROM (SELECT unnest($26::text[]) AS subject, unnest($27::text[]) AS msg_id,
+                 unnest($28::jsonb[]) AS headers, unnest($29::bytea[]) AS payload,
+                 unnest($30::text[]) AS operation_id, unnest($31::float8[]) AS delay_seconds) AS m
+    WHERE EXISTS (SELECT 1 FROM changed)
 )
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id FROM changed
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base FROM changed
 `
 
 type OperationTransitionParams struct {
-	ToState           string
-	BumpEpoch         bool
-	NewAttempt        bool
-	ExternalRequestID string
-	ExternalObjectID  string
-	SetError          bool
-	ErrorCategory     string
-	Error             string
-	Now               *time.Time
-	ID                string
-	FromState         string
-	LeaseEpoch        int64
-	Event             string
-	AttemptID         string
-	Actor             string
-	Detail            []byte
+	Now                      *time.Time
+	Outcome                  string
+	AttemptErrorCategory     string
+	AttemptError             string
+	HttpStatus               int32
+	AttemptExternalRequestID string
+	AttemptExternalObjectID  string
+	FinishAttemptID          string
+	ToState                  string
+	Events                   []string
+	BumpEpoch                bool
+	Reopen                   bool
+	ExternalRequestID        string
+	ExternalObjectID         string
+	SetError                 bool
+	ErrorCategory            string
+	Error                    string
+	ID                       string
+	FromState                string
+	LeaseEpoch               int64
+	AttemptID                string
+	Actor                    string
+	FromStates               []string
+	ToStates                 []string
+	Details                  [][]byte
+	Subjects                 []string
+	MsgIds                   []string
+	Headers                  [][]byte
+	Payloads                 [][]byte
+	OperationIds             []string
+	Delays                   []float64
 }
 
 type OperationTransitionRow struct {
@@ -458,29 +615,54 @@ type OperationTransitionRow struct {
 	UpdatedAt              time.Time
 	Version                int64
 	OriginEventID          string
+	Generation             int32
+	GenerationStartedAt    *time.Time
+	GenerationAttemptBase  int32
 }
 
-// Conditional on the state and lease epoch the writer expects: a late or
-// duplicate writer updates no row (and appends no event) and learns why from
-// OperationGet. The event row is appended in the same statement.
+// One decision, one statement: a chain of events (usually one) moves the
+// operation from from_state to to_state, conditional on the state and lease
+// epoch the writer expects; every event of the chain gets its row; the
+// writer's attempt, when given, is finished with its outcome (whatever
+// happens, so that a fenced-off attempt still records what the vendor said;
+// an attempt the sweeper marked finished as "swept" takes the real answer
+// when it comes late, as evidence for the reconciler);
+// and the outbox rows (the agent's result, the follow-up command) are
+// written only if the operation changed. A late or duplicate writer updates
+// no operation and learns why from OperationGet.
 func (q *Queries) OperationTransition(ctx context.Context, arg OperationTransitionParams) (OperationTransitionRow, error) {
 	row := q.db.QueryRow(ctx, operationTransition,
+		arg.Now,
+		arg.Outcome,
+		arg.AttemptErrorCategory,
+		arg.AttemptError,
+		arg.HttpStatus,
+		arg.AttemptExternalRequestID,
+		arg.AttemptExternalObjectID,
+		arg.FinishAttemptID,
 		arg.ToState,
+		arg.Events,
 		arg.BumpEpoch,
-		arg.NewAttempt,
+		arg.Reopen,
 		arg.ExternalRequestID,
 		arg.ExternalObjectID,
 		arg.SetError,
 		arg.ErrorCategory,
 		arg.Error,
-		arg.Now,
 		arg.ID,
 		arg.FromState,
 		arg.LeaseEpoch,
-		arg.Event,
 		arg.AttemptID,
 		arg.Actor,
-		arg.Detail,
+		arg.FromStates,
+		arg.ToStates,
+		arg.Details,
+		arg.Subjects,
+		arg.MsgIds,
+		arg.Headers,
+		arg.Payloads,
+		arg.OperationIds,
+		arg.Delays,
 	)
 	var i OperationTransitionRow
 	err := row.Scan(
@@ -509,6 +691,9 @@ func (q *Queries) OperationTransition(ctx context.Context, arg OperationTransiti
 		&i.UpdatedAt,
 		&i.Version,
 		&i.OriginEventID,
+		&i.Generation,
+		&i.GenerationStartedAt,
+		&i.GenerationAttemptBase,
 	)
 	return i, err
 }

@@ -13,7 +13,7 @@ import (
 const outboxClaimBatch = `-- name: OutboxClaimBatch :many
 WITH due AS (
     SELECT id FROM outbox
-    WHERE sent_at IS NULL
+    WHERE sent_at IS NULL AND parked_at IS NULL
       AND available_at <= coalesce($2::timestamptz, now())
       AND (claimed_until IS NULL OR claimed_until < coalesce($2::timestamptz, now()))
     ORDER BY available_at, id
@@ -45,9 +45,10 @@ type OutboxClaimBatchRow struct {
 	PublishCount int32
 }
 
-// Claims unsent rows that are due and not claimed by a live relay. SKIP LOCKED
-// lets several relays claim disjoint batches; the claim is a lease, so a relay
-// that dies mid-batch only delays its rows until claimed_until passes.
+// Claims unsent, unparked rows that are due and not claimed by a live relay.
+// SKIP LOCKED lets several relays claim disjoint batches; the claim is a
+// lease, so a relay that dies mid-batch only delays its rows until
+// claimed_until passes.
 func (q *Queries) OutboxClaimBatch(ctx context.Context, arg OutboxClaimBatchParams) ([]OutboxClaimBatchRow, error) {
 	rows, err := q.db.Query(ctx, outboxClaimBatch,
 		arg.ClaimedBy,
@@ -81,8 +82,19 @@ func (q *Queries) OutboxClaimBatch(ctx context.Context, arg OutboxClaimBatchPara
 	return items, nil
 }
 
+const outboxCountParked = `-- name: OutboxCountParked :one
+SELECT count(*)::bigint FROM outbox WHERE parked_at IS NOT NULL
+`
+
+func (q *Queries) OutboxCountParked(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, outboxCountParked)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const outboxCountUnsent = `-- name: OutboxCountUnsent :one
-SELECT count(*)::bigint FROM outbox WHERE sent_at IS NULL
+SELECT count(*)::bigint FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL
 `
 
 func (q *Queries) OutboxCountUnsent(ctx context.Context) (int64, error) {
@@ -92,14 +104,37 @@ func (q *Queries) OutboxCountUnsent(ctx context.Context) (int64, error) {
 	return column_1, err
 }
 
+const outboxDeleteSent = `-- name: OutboxDeleteSent :execrows
+DELETE FROM outbox WHERE id IN (
+    SELECT id FROM outbox
+    WHERE sent_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+    ORDER BY id LIMIT $3
+)
+`
+
+type OutboxDeleteSentParams struct {
+	Now              *time.Time
+	OlderThanSeconds float64
+	MaxRows          int32
+}
+
+// Retention: deletes up to max_rows rows published before a cutoff, oldest
+// ids first (published rows are nearly all at the low end of the id range).
+func (q *Queries) OutboxDeleteSent(ctx context.Context, arg OutboxDeleteSentParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxDeleteSent, arg.Now, arg.OlderThanSeconds, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const outboxInsertMany = `-- name: OutboxInsertMany :exec
 INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
 SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
-       coalesce(nullif(m.available_at, '0001-01-01 00:00:00+00'), $1::timestamptz, now())
+       coalesce($1::timestamptz, now()) + make_interval(secs => m.delay_seconds)
 FROM (SELECT unnest($2::text[]) AS subject, unnest($3::text[]) AS msg_id,
              unnest($4::jsonb[]) AS headers, unnest($5::bytea[]) AS payload,
-             unnest($6::text[]) AS operation_id,
-             unnest($7::timestamptz[]) AS available_at) AS m
+             unnest($6::text[]) AS operation_id, unnest($7::float8[]) AS delay_seconds) AS m
 `
 
 type OutboxInsertManyParams struct {
@@ -109,10 +144,10 @@ type OutboxInsertManyParams struct {
 	Headers      [][]byte
 	Payloads     [][]byte
 	OperationIds []string
-	AvailableAts []time.Time
+	Delays       []float64
 }
 
-// available_ats of 0001-01-01 (Go's zero time) mean now.
+// Each row is due delay_seconds after now on the database's clock.
 func (q *Queries) OutboxInsertMany(ctx context.Context, arg OutboxInsertManyParams) error {
 	_, err := q.db.Exec(ctx, outboxInsertMany,
 		arg.Now,
@@ -121,13 +156,13 @@ func (q *Queries) OutboxInsertMany(ctx context.Context, arg OutboxInsertManyPara
 		arg.Headers,
 		arg.Payloads,
 		arg.OperationIds,
-		arg.AvailableAts,
+		arg.Delays,
 	)
 	return err
 }
 
 const outboxListByOperation = `-- name: OutboxListByOperation :many
-SELECT id, subject, msg_id, headers, payload, operation_id, created_at, available_at, claimed_by, claimed_until, publish_count, last_error, sent_at FROM outbox WHERE operation_id = $1 ORDER BY id
+SELECT id, subject, msg_id, headers, payload, operation_id, created_at, available_at, claimed_by, claimed_until, publish_count, last_error, sent_at, publish_failures, parked_at FROM outbox WHERE operation_id = $1 ORDER BY id
 `
 
 func (q *Queries) OutboxListByOperation(ctx context.Context, operationID *string) ([]Outbox, error) {
@@ -153,6 +188,48 @@ func (q *Queries) OutboxListByOperation(ctx context.Context, operationID *string
 			&i.PublishCount,
 			&i.LastError,
 			&i.SentAt,
+			&i.PublishFailures,
+			&i.ParkedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxListParked = `-- name: OutboxListParked :many
+SELECT id, subject, msg_id, headers, payload, operation_id, created_at, available_at, claimed_by, claimed_until, publish_count, last_error, sent_at, publish_failures, parked_at FROM outbox WHERE parked_at IS NOT NULL ORDER BY parked_at, id LIMIT $1
+`
+
+func (q *Queries) OutboxListParked(ctx context.Context, maxRows int32) ([]Outbox, error) {
+	rows, err := q.db.Query(ctx, outboxListParked, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Outbox{}
+	for rows.Next() {
+		var i Outbox
+		if err := rows.Scan(
+			&i.ID,
+			&i.Subject,
+			&i.MsgID,
+			&i.Headers,
+			&i.Payload,
+			&i.OperationID,
+			&i.CreatedAt,
+			&i.AvailableAt,
+			&i.ClaimedBy,
+			&i.ClaimedUntil,
+			&i.PublishCount,
+			&i.LastError,
+			&i.SentAt,
+			&i.PublishFailures,
+			&i.ParkedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -166,16 +243,19 @@ func (q *Queries) OutboxListByOperation(ctx context.Context, operationID *string
 
 const outboxMarkSent = `-- name: OutboxMarkSent :execrows
 UPDATE outbox SET sent_at = coalesce($1::timestamptz, now()), claimed_until = NULL
-WHERE id = ANY($2::bigint[]) AND sent_at IS NULL
+WHERE id = ANY($2::bigint[]) AND sent_at IS NULL AND claimed_by = $3
 `
 
 type OutboxMarkSentParams struct {
-	Now *time.Time
-	Ids []int64
+	Now       *time.Time
+	Ids       []int64
+	ClaimedBy string
 }
 
+// Fenced by the claim: a relay whose lease ran out and whose rows another
+// relay claimed marks nothing of theirs.
 func (q *Queries) OutboxMarkSent(ctx context.Context, arg OutboxMarkSentParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxMarkSent, arg.Now, arg.Ids)
+	result, err := q.db.Exec(ctx, outboxMarkSent, arg.Now, arg.Ids, arg.ClaimedBy)
 	if err != nil {
 		return 0, err
 	}
@@ -184,24 +264,35 @@ func (q *Queries) OutboxMarkSent(ctx context.Context, arg OutboxMarkSentParams) 
 
 const outboxRelease = `-- name: OutboxRelease :execrows
 UPDATE outbox SET claimed_until = NULL, last_error = $1,
-    available_at = coalesce($2::timestamptz, now()) + make_interval(secs => $3::float8)
-WHERE id = ANY($4::bigint[]) AND sent_at IS NULL
+    publish_failures = publish_failures + CASE WHEN $2::boolean THEN 1 ELSE 0 END,
+    parked_at = CASE WHEN $2::boolean AND publish_failures + 1 >= $3::int
+                     THEN coalesce($4::timestamptz, now()) END,
+    available_at = coalesce($4::timestamptz, now()) + make_interval(secs => $5::float8)
+WHERE id = ANY($6::bigint[]) AND sent_at IS NULL AND claimed_by = $7
 `
 
 type OutboxReleaseParams struct {
 	LastError    string
+	CountFailure bool
+	MaxFailures  int32
 	Now          *time.Time
 	DelaySeconds float64
 	Ids          []int64
+	ClaimedBy    string
 }
 
-// Gives rows back after a failed publish, due again after a delay.
+// Gives rows back after a failed publish, due again after a delay. A failure
+// of the message's own (counted) parks it once it has failed max_failures
+// times; a failure of the transport (NATS down) is not counted.
 func (q *Queries) OutboxRelease(ctx context.Context, arg OutboxReleaseParams) (int64, error) {
 	result, err := q.db.Exec(ctx, outboxRelease,
 		arg.LastError,
+		arg.CountFailure,
+		arg.MaxFailures,
 		arg.Now,
 		arg.DelaySeconds,
 		arg.Ids,
+		arg.ClaimedBy,
 	)
 	if err != nil {
 		return 0, err

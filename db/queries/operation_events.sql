@@ -12,11 +12,10 @@ WITH events AS (
 ), outbox_rows AS (
     INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
     SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
-           coalesce(nullif(m.available_at, '0001-01-01 00:00:00+00'), sqlc.narg('now')::timestamptz, now())
+           coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => m.delay_seconds)
     FROM (SELECT unnest(@subjects::text[]) AS subject, unnest(@msg_ids::text[]) AS msg_id,
                  unnest(@headers::jsonb[]) AS headers, unnest(@payloads::bytea[]) AS payload,
-                 unnest(@operation_ids::text[]) AS operation_id,
-                 unnest(@available_ats::timestamptz[]) AS available_at) AS m
+                 unnest(@operation_ids::text[]) AS operation_id, unnest(@delays::float8[]) AS delay_seconds) AS m
 )
 UPDATE inbox SET decision = @decision, reason = @reason, operation_id = sqlc.narg('inbox_operation_id')
 WHERE source = @source AND event_id = @event_id;

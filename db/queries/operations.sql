@@ -25,39 +25,69 @@ SELECT * FROM operations WHERE idempotency_key = @idempotency_key;
 SELECT * FROM operations WHERE workflow_id = @workflow_id ORDER BY created_at, id;
 
 -- name: OperationListStuckDispatched :many
--- Operations still in dispatched whose open attempt started before a cutoff:
--- their dispatcher died or hangs (the sweeper). Found through
--- attempts_open_idx, so that no index on operations covers its state.
-SELECT o.* FROM attempts a JOIN operations o ON o.id = a.operation_id
-WHERE a.finished_at IS NULL AND a.started_at < @older_than
+-- Operations still in dispatched whose current attempt is past its deadline
+-- plus grace on the database's clock: their dispatcher died or hangs (the
+-- sweeper). Found through attempts_open_deadline_idx, so that no index on
+-- operations covers its state.
+SELECT sqlc.embed(o), a.id AS attempt_id, a.deadline_at FROM attempts a JOIN operations o ON o.id = a.operation_id
+WHERE a.finished_at IS NULL
+  AND a.deadline_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @grace_seconds::float8)
   AND o.state = 'dispatched' AND o.lease_epoch = a.lease_epoch
-ORDER BY a.started_at
+ORDER BY a.deadline_at
 LIMIT @max_rows;
 
 -- name: OperationTransition :one
--- Conditional on the state and lease epoch the writer expects: a late or
--- duplicate writer updates no row (and appends no event) and learns why from
--- OperationGet. The event row is appended in the same statement.
-WITH changed AS (
+-- One decision, one statement: a chain of events (usually one) moves the
+-- operation from from_state to to_state, conditional on the state and lease
+-- epoch the writer expects; every event of the chain gets its row; the
+-- writer's attempt, when given, is finished with its outcome (whatever
+-- happens, so that a fenced-off attempt still records what the vendor said;
+-- an attempt the sweeper marked finished as "swept" takes the real answer
+-- when it comes late, as evidence for the reconciler);
+-- and the outbox rows (the agent's result, the follow-up command) are
+-- written only if the operation changed. A late or duplicate writer updates
+-- no operation and learns why from OperationGet.
+WITH finished AS (
+    UPDATE attempts SET
+        finished_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+        outcome = @outcome, error_category = @attempt_error_category, error = @attempt_error, http_status = @http_status,
+        external_request_id = @attempt_external_request_id, external_object_id = @attempt_external_object_id
+    WHERE attempts.id = @finish_attempt_id
+      AND (attempts.finished_at IS NULL OR (attempts.error_category = 'swept' AND @attempt_error_category::text <> 'swept'))
+), changed AS (
     UPDATE operations SET
         state               = @to_state,
-        version             = version + 1,
-        lease_epoch         = lease_epoch + CASE WHEN @bump_epoch::boolean THEN 1 ELSE 0 END,
-        attempt_count       = attempt_count + CASE WHEN @new_attempt::boolean THEN 1 ELSE 0 END,
-        external_request_id = coalesce(nullif(@external_request_id::text, ''), external_request_id),
-        external_object_id  = coalesce(nullif(@external_object_id::text, ''), external_object_id),
-        last_error_category = CASE WHEN @set_error::boolean THEN @error_category::text ELSE last_error_category END,
-        last_error          = CASE WHEN @set_error::boolean THEN @error::text ELSE last_error END,
+        version             = operations.version + cardinality(@events::text[]),
+        lease_epoch         = operations.lease_epoch + CASE WHEN @bump_epoch::boolean THEN 1 ELSE 0 END,
+        generation          = operations.generation + CASE WHEN @reopen::boolean THEN 1 ELSE 0 END,
+        generation_started_at = CASE WHEN @reopen::boolean THEN coalesce(sqlc.narg('now')::timestamptz, now())
+                                     ELSE operations.generation_started_at END,
+        generation_attempt_base = CASE WHEN @reopen::boolean THEN operations.attempt_count
+                                       ELSE operations.generation_attempt_base END,
+        external_request_id = coalesce(nullif(@external_request_id::text, ''), operations.external_request_id),
+        external_object_id  = coalesce(nullif(@external_object_id::text, ''), operations.external_object_id),
+        last_error_category = CASE WHEN @set_error::boolean THEN @error_category::text ELSE operations.last_error_category END,
+        last_error          = CASE WHEN @set_error::boolean THEN @error::text ELSE operations.last_error END,
         updated_at          = coalesce(sqlc.narg('now')::timestamptz, now())
     WHERE operations.id = @id AND operations.state = @from_state AND operations.lease_epoch = @lease_epoch
     RETURNING *
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
     SELECT changed.id,
-           (SELECT coalesce(max(oe.seq), 0) + 1 FROM operation_events oe WHERE oe.operation_id = changed.id),
-           @event, @from_state, changed.state, changed.lease_epoch, @attempt_id, @actor, sqlc.narg('detail')::jsonb,
-           changed.updated_at
-    FROM changed
+           (SELECT coalesce(max(oe.seq), 0) FROM operation_events oe WHERE oe.operation_id = changed.id) + e.ord,
+           e.event, e.from_state, e.to_state, changed.lease_epoch, @attempt_id, @actor, e.detail, changed.updated_at
+    FROM changed,
+         (SELECT unnest(@events::text[]) AS event, unnest(@from_states::text[]) AS from_state,
+                 unnest(@to_states::text[]) AS to_state, unnest(@details::jsonb[]) AS detail,
+                 generate_series(1, cardinality(@events::text[])) AS ord) AS e
+), queued AS (
+    INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
+    SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
+           coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => m.delay_seconds)
+    FROM (SELECT unnest(@subjects::text[]) AS subject, unnest(@msg_ids::text[]) AS msg_id,
+                 unnest(@headers::jsonb[]) AS headers, unnest(@payloads::bytea[]) AS payload,
+                 unnest(@operation_ids::text[]) AS operation_id, unnest(@delays::float8[]) AS delay_seconds) AS m
+    WHERE EXISTS (SELECT 1 FROM changed)
 )
 SELECT * FROM changed;
 
@@ -66,14 +96,35 @@ SELECT state, count(*)::bigint AS n FROM operations GROUP BY state ORDER BY stat
 
 -- name: OperationListUnattended :many
 -- Operations waiting on a command (pending_dispatch, unknown_outcome,
--- acknowledged) that changed before a cutoff and have no unsent outbox row:
--- their command was published and then lost (a terminated message, a stream
--- past its MaxAge, a JetStream failure). Without an index on state (so that
--- transitions stay HOT) this scans operations, so it runs rarely; the
--- NOT EXISTS probes only unsent outbox rows (outbox_unsent_idx), few by design.
+-- acknowledged) that changed before a cutoff on the database's clock and
+-- have no unsent outbox row: their command was published and then lost (a
+-- terminated message, a NATS server that lost its store). Without an index
+-- on state (so that transitions stay HOT) this scans operations, so it runs
+-- rarely, in the maintenance leader only; the NOT EXISTS probes only unsent
+-- outbox rows (outbox_unsent_idx), few by design.
 SELECT o.* FROM operations o
 WHERE o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
-  AND o.updated_at < @older_than
-  AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL)
+  AND o.updated_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @older_than_seconds::float8)
+  AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL AND b.parked_at IS NULL)
 ORDER BY o.updated_at
 LIMIT @max_rows;
+
+-- name: OperationListDispatchedUnclaimed :many
+-- Operations in dispatched with no open attempt at their lease epoch past its
+-- deadline: stranded by something other than a dead dispatcher (the
+-- attempt row says it finished, yet the operation never moved). The
+-- re-drive pass looks for them too, so that every operation in dispatched
+-- past its attempt's deadline is swept, whatever its attempts say.
+SELECT o.* FROM operations o
+WHERE o.state = 'dispatched'
+  AND o.updated_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @older_than_seconds::float8)
+  AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch
+                  AND a.finished_at IS NULL
+                  AND a.deadline_at >= coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @grace_seconds::float8))
+ORDER BY o.updated_at
+LIMIT @max_rows;
+
+-- name: DBNow :one
+-- The database's clock (or the injected one): deadlines are compared on it,
+-- never on a host's clock.
+SELECT coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now;

@@ -1,20 +1,20 @@
 -- name: OutboxInsertMany :exec
--- available_ats of 0001-01-01 (Go's zero time) mean now.
+-- Each row is due delay_seconds after now on the database's clock.
 INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
 SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
-       coalesce(nullif(m.available_at, '0001-01-01 00:00:00+00'), sqlc.narg('now')::timestamptz, now())
+       coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => m.delay_seconds)
 FROM (SELECT unnest(@subjects::text[]) AS subject, unnest(@msg_ids::text[]) AS msg_id,
              unnest(@headers::jsonb[]) AS headers, unnest(@payloads::bytea[]) AS payload,
-             unnest(@operation_ids::text[]) AS operation_id,
-             unnest(@available_ats::timestamptz[]) AS available_at) AS m;
+             unnest(@operation_ids::text[]) AS operation_id, unnest(@delays::float8[]) AS delay_seconds) AS m;
 
 -- name: OutboxClaimBatch :many
--- Claims unsent rows that are due and not claimed by a live relay. SKIP LOCKED
--- lets several relays claim disjoint batches; the claim is a lease, so a relay
--- that dies mid-batch only delays its rows until claimed_until passes.
+-- Claims unsent, unparked rows that are due and not claimed by a live relay.
+-- SKIP LOCKED lets several relays claim disjoint batches; the claim is a
+-- lease, so a relay that dies mid-batch only delays its rows until
+-- claimed_until passes.
 WITH due AS (
     SELECT id FROM outbox
-    WHERE sent_at IS NULL
+    WHERE sent_at IS NULL AND parked_at IS NULL
       AND available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
       AND (claimed_until IS NULL OR claimed_until < coalesce(sqlc.narg('now')::timestamptz, now()))
     ORDER BY available_at, id
@@ -29,17 +29,39 @@ FROM due WHERE o.id = due.id
 RETURNING o.id, o.subject, o.msg_id, o.headers, o.payload, o.operation_id, o.publish_count;
 
 -- name: OutboxMarkSent :execrows
+-- Fenced by the claim: a relay whose lease ran out and whose rows another
+-- relay claimed marks nothing of theirs.
 UPDATE outbox SET sent_at = coalesce(sqlc.narg('now')::timestamptz, now()), claimed_until = NULL
-WHERE id = ANY(@ids::bigint[]) AND sent_at IS NULL;
+WHERE id = ANY(@ids::bigint[]) AND sent_at IS NULL AND claimed_by = @claimed_by;
 
 -- name: OutboxRelease :execrows
--- Gives rows back after a failed publish, due again after a delay.
+-- Gives rows back after a failed publish, due again after a delay. A failure
+-- of the message's own (counted) parks it once it has failed max_failures
+-- times; a failure of the transport (NATS down) is not counted.
 UPDATE outbox SET claimed_until = NULL, last_error = @last_error,
+    publish_failures = publish_failures + CASE WHEN @count_failure::boolean THEN 1 ELSE 0 END,
+    parked_at = CASE WHEN @count_failure::boolean AND publish_failures + 1 >= @max_failures::int
+                     THEN coalesce(sqlc.narg('now')::timestamptz, now()) END,
     available_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @delay_seconds::float8)
-WHERE id = ANY(@ids::bigint[]) AND sent_at IS NULL;
+WHERE id = ANY(@ids::bigint[]) AND sent_at IS NULL AND claimed_by = @claimed_by;
 
 -- name: OutboxCountUnsent :one
-SELECT count(*)::bigint FROM outbox WHERE sent_at IS NULL;
+SELECT count(*)::bigint FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL;
+
+-- name: OutboxListParked :many
+SELECT * FROM outbox WHERE parked_at IS NOT NULL ORDER BY parked_at, id LIMIT @max_rows;
+
+-- name: OutboxCountParked :one
+SELECT count(*)::bigint FROM outbox WHERE parked_at IS NOT NULL;
 
 -- name: OutboxListByOperation :many
 SELECT * FROM outbox WHERE operation_id = @operation_id ORDER BY id;
+
+-- name: OutboxDeleteSent :execrows
+-- Retention: deletes up to max_rows rows published before a cutoff, oldest
+-- ids first (published rows are nearly all at the low end of the id range).
+DELETE FROM outbox WHERE id IN (
+    SELECT id FROM outbox
+    WHERE sent_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @older_than_seconds::float8)
+    ORDER BY id LIMIT @max_rows
+);

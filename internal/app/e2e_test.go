@@ -29,7 +29,7 @@ func startSystem(t *testing.T, dispatchers int) *app.Stack {
 	d, err := app.StartStack(context.Background(), app.StackConfig{
 		Infra: app.InfraConfig{DatabaseURL: testdb.New(t), MemoryStreams: true},
 		Services: app.ServicesConfig{Dispatchers: dispatchers, Relays: 2,
-			Reconcile: reconcileFast},
+			Reconcile: reconcileFast, Maintain: maintainFast},
 	})
 	require.NoError(t, err)
 	t.Cleanup(d.Close)
@@ -186,4 +186,3 @@ func TestEndToEndExactlyOneEffectPerOperation(t *testing.T) {
 	require.Equal(t, int64(total/5), counts[op.DecisionDuplicateOperation])
 	require.Positive(t, counts[op.DecisionDuplicateEvent], "redeliveries without Nats-Msg-Id reached the ledger and were suppressed there")
 }
-

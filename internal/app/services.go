@@ -14,11 +14,13 @@ import (
 	"github.com/opledger/opledger/internal/compensate"
 	"github.com/opledger/opledger/internal/dispatch"
 	"github.com/opledger/opledger/internal/ingest"
+	"github.com/opledger/opledger/internal/maintain"
 	"github.com/opledger/opledger/internal/outbox"
 	"github.com/opledger/opledger/internal/reconcile"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/pkg/registry"
+	"github.com/opledger/opledger/pkg/wire"
 )
 
 // Service names, as used on command lines and in Run.
@@ -55,6 +57,9 @@ type ServicesConfig struct {
 	// ops/s at 12-16 connections, ~1,100 at 48 and ~1,000 at 96.
 	DBMaxConns int32
 	Reconcile  reconcile.Config
+	// Maintain tunes the maintenance leader that the reconciler process
+	// campaigns for (sweeper, re-drive, retention).
+	Maintain   maintain.Config
 	HTTPClient *http.Client
 	Metrics    *telemetry.Metrics
 	Log        zerolog.Logger
@@ -207,6 +212,12 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 			rc := cfg.Reconcile
 			rc.Name = cfg.Instance + "/reconciler"
 			if err := start(reconcile.New(rc, st, b, cfg.Registry, adapters, cfg.Metrics, log).Start); err != nil {
+				return nil, err
+			}
+			mc := cfg.Maintain
+			mc.Name = cfg.Instance + "/reconciler"
+			watch := func(ctx context.Context) (time.Time, error) { return b.StreamCreated(ctx, wire.StreamOps) }
+			if err := start(maintain.New(mc, st, cfg.Registry, watch, cfg.Metrics, log).Start); err != nil {
 				return nil, err
 			}
 		case Compensator:

@@ -33,6 +33,8 @@ type Bus struct {
 	mu sync.Mutex
 	// bound lists the durable consumers Consume bound, for Check.
 	bound []boundConsumer
+	// streams are the options streams are (re)created with.
+	streams StreamOptions
 }
 
 type boundConsumer struct{ stream, durable string }
@@ -99,9 +101,19 @@ type StreamOptions struct {
 	Memory bool
 }
 
-// EnsureStreams creates INTENTS, OPS and RESULTS where they do not exist yet.
-// Existing streams are left as the operator configured them.
+// EnsureStreams creates INTENTS, OPS and RESULTS where they do not exist
+// yet, and remembers o for recreating them should the server lose them.
+// Existing streams are left as the operator configured them, except that
+// OPS must keep at most one message per subject (one live command per
+// operation and kind), which is set if missing. Several processes may call
+// it at once.
+//
+// OPS is a work queue: a command leaves the stream once a worker has acked
+// it, so the stream holds only commands still to do.
 func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
+	b.mu.Lock()
+	b.streams = o
+	b.mu.Unlock()
 	if o.Replicas == 0 {
 		o.Replicas = 1
 	}
@@ -119,24 +131,86 @@ func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 		return def
 	}
 	for _, sc := range []jetstream.StreamConfig{
-		{Name: wire.StreamIntents, Subjects: []string{wire.IntentSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour)},
-		{Name: wire.StreamOps, Subjects: []string{wire.OpsSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour)},
-		{Name: wire.StreamResults, Subjects: []string{wire.ResultSubjectPrefix + ">"}, MaxAge: age(time.Hour)},
+		{Name: wire.StreamIntents, Subjects: []string{wire.IntentSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour), Retention: jetstream.LimitsPolicy},
+		{Name: wire.StreamOps, Subjects: []string{wire.OpsSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour),
+			Retention: jetstream.WorkQueuePolicy, MaxMsgsPerSubject: 1},
+		{Name: wire.StreamResults, Subjects: []string{wire.ResultSubjectPrefix + ">"}, MaxAge: age(time.Hour), Retention: jetstream.LimitsPolicy},
 	} {
 		sc.Storage = storage
 		sc.Replicas = o.Replicas
 		sc.Duplicates = o.DuplicateWindow
-		sc.Retention = jetstream.LimitsPolicy
-		if _, err := b.js.Stream(ctx, sc.Name); err == nil {
-			continue
-		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
-		}
-		if _, err := b.js.CreateStream(ctx, sc); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
+		if err := b.ensureStream(ctx, sc); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error {
+	st, err := b.js.Stream(ctx, sc.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err = b.js.CreateStream(ctx, sc); err == nil {
+			return nil
+		}
+		// Another process may have created it in between (the server then
+		// answers "already in use" or "subjects overlap"): look again.
+		var cerr error
+		if st, cerr = b.js.Stream(ctx, sc.Name); cerr != nil {
+			return fmt.Errorf("bus: create stream %s: %w", sc.Name, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
+	}
+	if sc.MaxMsgsPerSubject > 0 {
+		cur := st.CachedInfo().Config
+		if cur.MaxMsgsPerSubject != sc.MaxMsgsPerSubject {
+			cur.MaxMsgsPerSubject = sc.MaxMsgsPerSubject
+			if _, err := b.js.UpdateStream(ctx, cur); err != nil {
+				return fmt.Errorf("bus: stream %s: keep one message per subject: %w", sc.Name, err)
+			}
+			b.log.Warn().Str("stream", sc.Name).Msg("stream now keeps one message per subject")
+		}
+	}
+	return nil
+}
+
+// StreamCreated returns when the named stream was created on the server: a
+// later time than seen before means the server lost it and it was made
+// again (with none of its messages).
+func (b *Bus) StreamCreated(ctx context.Context, name string) (time.Time, error) {
+	st, err := b.js.Stream(ctx, name)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bus: stream %s: %w", name, err)
+	}
+	return st.CachedInfo().Created, nil
+}
+
+// StreamMissing reports whether a publish failed because no stream takes
+// its subject (a NATS server that lost its store): EnsureStreams helps.
+func StreamMissing(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
+// MessageFault reports whether a publish failed because of the message
+// itself (larger than the server's payload limit, refused by the stream), so
+// that publishing it again as it is cannot succeed. Transport failures
+// (disconnected, timeout, no stream) are not message faults.
+func MessageFault(err error) bool {
+	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrInvalidMsg) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case jetstream.JSErrCodeStreamNotFound:
+			return false
+		}
+		// The server answered about this message (size, limits, a bad
+		// header): it refused the message, not the connection.
+		return apiErr.Code >= 400 && apiErr.Code < 500
+	}
+	return false
 }
 
 // Message is one message to publish.
@@ -242,6 +316,9 @@ type ConsumerConfig struct {
 	// ShutdownGrace bounds how long stopping waits for in-flight handlers
 	// before it cancels their context (default 30s). See Consume.
 	ShutdownGrace time.Duration
+	// CheckInterval is how often Consume checks that its stream and
+	// consumer still exist on the server, recreating them if not (default 2s).
+	CheckInterval time.Duration
 }
 
 // Consume starts processing deliveries with up to cfg.Workers concurrent
@@ -277,6 +354,12 @@ type ConsumerConfig struct {
 //
 // Messages the server had already sent when the subscription closed, and
 // that never reached this process, are redelivered after AckWait.
+//
+// A NATS server that lost its store (restarted on an empty directory) loses
+// the streams and durable consumers with it. Consume notices within
+// CheckInterval, recreates the streams (EnsureStreams with the options last
+// given to this bus) and its consumer, and consumes again; commands lost
+// with the store are written again by the maintenance leader's re-drive.
 func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop func(), err error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8
@@ -292,6 +375,9 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 30 * time.Second
+	}
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = 2 * time.Second
 	}
 	cc := jetstream.ConsumerConfig{
 		Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy,
@@ -344,7 +430,7 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 			return false
 		}
 	}
-	consumeCtx, err := cons.Consume(func(m jetstream.Msg) {
+	callback := func(m jetstream.Msg) {
 		if isStopping() {
 			_ = m.Nak()
 			return
@@ -354,17 +440,82 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 		case <-stopping:
 			_ = m.Nak()
 		}
-	}, jetstream.PullMaxMessages(2*cfg.Workers), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if !isStopping() && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoHeartbeat) {
-			b.log.Debug().Err(err).Str("consumer", cfg.Durable).Msg("consume")
-		}
-	}))
+	}
+	lost := make(chan struct{}, 1) // the client saw the consumer go
+	consume := func(cons jetstream.Consumer) (jetstream.ConsumeContext, error) {
+		return cons.Consume(callback, jetstream.PullMaxMessages(2*cfg.Workers), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if isStopping() || ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+				select {
+				case lost <- struct{}{}:
+				default:
+				}
+			}
+			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+				b.log.Debug().Err(err).Str("consumer", cfg.Durable).Msg("consume")
+			}
+		}))
+	}
+	first, err := consume(cons)
 	if err != nil {
 		close(stopping)
 		wg.Wait()
 		hcancel()
 		return nil, fmt.Errorf("bus: consume %s: %w", cfg.Durable, err)
 	}
+	var ccMu sync.Mutex
+	consumeCtx := first
+	current := func() jetstream.ConsumeContext {
+		ccMu.Lock()
+		defer ccMu.Unlock()
+		return consumeCtx
+	}
+	// The watchdog puts the stream and consumer back when the server lost them.
+	watchdogDone := make(chan struct{})
+	go func() {
+		defer close(watchdogDone)
+		t := time.NewTicker(cfg.CheckInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopping:
+				return
+			case <-t.C:
+			case <-lost:
+			}
+			cctx, cancel := context.WithTimeout(hctx, 5*time.Second)
+			_, err := b.js.Consumer(cctx, cfg.Stream, cfg.Durable)
+			if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+				cancel()
+				continue // there, or the server is unreachable: nothing to recreate
+			}
+			b.log.Warn().Str("consumer", cfg.Durable).Str("stream", cfg.Stream).Err(err).Msg("consumer gone from the NATS server; recreating it")
+			b.mu.Lock()
+			so := b.streams
+			b.mu.Unlock()
+			err = b.EnsureStreams(cctx, so)
+			var next jetstream.ConsumeContext
+			if err == nil {
+				var c jetstream.Consumer
+				if c, err = b.js.CreateOrUpdateConsumer(cctx, cfg.Stream, cc); err == nil {
+					ccMu.Lock()
+					if !isStopping() {
+						consumeCtx.Stop()
+						if next, err = consume(c); err == nil {
+							consumeCtx = next
+						}
+					}
+					ccMu.Unlock()
+				}
+			}
+			cancel()
+			if err != nil {
+				b.log.Warn().Err(err).Str("consumer", cfg.Durable).Msg("could not recreate the consumer; will try again")
+			}
+		}
+	}()
 
 	var once sync.Once
 	stop = func() {
@@ -372,7 +523,8 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 			deadline := time.Now().Add(cfg.ShutdownGrace)
 			// 1. Take no new messages; buffered ones reach the callback and are Nak'ed.
 			close(stopping)
-			consumeCtx.Drain()
+			<-watchdogDone
+			current().Drain()
 
 			// 2. and 3. Wait for in-flight handlers, cancelling them after the grace.
 			handlersDone := make(chan struct{})
@@ -395,7 +547,7 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 			hcancel()
 			drained := time.NewTimer(max(time.Until(deadline), 0))
 			select {
-			case <-consumeCtx.Closed():
+			case <-current().Closed():
 			case <-drained.C:
 			}
 			drained.Stop()

@@ -46,14 +46,16 @@ func newEnv(t *testing.T) env {
 	return env{bus: b, js: js}
 }
 
-func (e env) publish(t *testing.T, subject string, n int) {
+// publish sends n messages, one per subject prefix.<i> (the OPS stream keeps
+// one message per subject, as it keeps one command per operation).
+func (e env) publish(t *testing.T, prefix string, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	msgs := make([]bus.Message, n)
 	for i := range msgs {
 		id := strconv.Itoa(i)
-		msgs[i] = bus.Message{Subject: subject, MsgID: id, Data: []byte(id)}
+		msgs[i] = bus.Message{Subject: prefix + "." + id, MsgID: id, Data: []byte(id)}
 	}
 	for i, err := range e.bus.PublishBatch(ctx, msgs) {
 		require.NoError(t, err, "message %d", i)
@@ -88,7 +90,7 @@ func waitClosed(t *testing.T, ch <-chan struct{}, d time.Duration, what string) 
 func TestStopLetsInFlightHandlerFinish(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	subject := wire.OpsSubject(wire.KindDispatch, "capture_payment")
+	subject := wire.OpsSubjectPrefix + "dispatch.capture_payment"
 	e.publish(t, subject, 1)
 
 	started := make(chan struct{})
@@ -101,7 +103,7 @@ func TestStopLetsInFlightHandlerFinish(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stop, err := e.bus.Consume(ctx, bus.ConsumerConfig{
-		Stream: wire.StreamOps, Durable: "inflight", Filters: []string{subject},
+		Stream: wire.StreamOps, Durable: "inflight", Filters: []string{subject + ".>"},
 		Workers: 2, AckWait: 5 * time.Second, ShutdownGrace: 20 * time.Second,
 	}, func(hctx context.Context, _ bus.Delivery) error {
 		if calls.Add(1) == 1 {
@@ -158,7 +160,7 @@ func TestStopLetsInFlightHandlerFinish(t *testing.T) {
 func TestStopCancelsHandlersAfterGrace(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	subject := wire.OpsSubject(wire.KindDispatch, "send_email")
+	subject := wire.OpsSubjectPrefix + "dispatch.send_email"
 	e.publish(t, subject, 1)
 
 	const grace = 200 * time.Millisecond
@@ -170,7 +172,7 @@ func TestStopCancelsHandlersAfterGrace(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stop, err := e.bus.Consume(ctx, bus.ConsumerConfig{
-		Stream: wire.StreamOps, Durable: "stuck", Filters: []string{subject},
+		Stream: wire.StreamOps, Durable: "stuck", Filters: []string{subject + ".>"},
 		Workers: 1, AckWait: 5 * time.Second, ShutdownGrace: grace,
 	}, func(hctx context.Context, _ bus.Delivery) error {
 		startOnce.Do(func() { close(started) })
@@ -201,7 +203,7 @@ func TestStopCancelsHandlersAfterGrace(t *testing.T) {
 func TestStopWhileFlowing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	subject := wire.OpsSubject(wire.KindCompleted, "hammer")
+	subject := wire.OpsSubjectPrefix + "completed.hammer"
 	const total = 2000
 	e.publish(t, subject, total)
 
@@ -223,7 +225,7 @@ func TestStopWhileFlowing(t *testing.T) {
 		return nil
 	}
 	cfg := bus.ConsumerConfig{
-		Stream: wire.StreamOps, Durable: "hammer", Filters: []string{subject},
+		Stream: wire.StreamOps, Durable: "hammer", Filters: []string{subject + ".>"},
 		Workers: 8, AckWait: 3 * time.Second, ShutdownGrace: 5 * time.Second,
 	}
 
@@ -279,4 +281,76 @@ func TestConnectErrorHidesCredentials(t *testing.T) {
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "s3cr3t-pass")
 	require.NotContains(t, err.Error(), "opuser")
+}
+
+// The OPS stream keeps one message per subject, and a command's subject
+// names its operation: a newer command for an operation replaces an older
+// one still waiting, so re-writing a command never multiplies it.
+//
+// Breaking it: without MaxMsgsPerSubject on OPS the stream holds all three.
+func TestOpsKeepsOneCommandPerOperation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	subject := wire.OpsSubject(wire.KindDispatch, "capture_payment", "op_1")
+	for i := range 3 {
+		_, err := e.bus.Publish(ctx, bus.Message{Subject: subject, MsgID: "m" + strconv.Itoa(i), Data: []byte(strconv.Itoa(i))})
+		require.NoError(t, err)
+	}
+	other := wire.OpsSubject(wire.KindDispatch, "capture_payment", "op_2")
+	_, err := e.bus.Publish(ctx, bus.Message{Subject: other, MsgID: "o", Data: []byte("o")})
+	require.NoError(t, err)
+	st, err := e.js.Stream(ctx, wire.StreamOps)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, info.State.Msgs, "one live command per operation")
+	m, err := st.GetLastMsgForSubject(ctx, subject)
+	require.NoError(t, err)
+	require.Equal(t, "2", string(m.Data), "the newest command wins")
+}
+
+// A NATS server that lost its store loses the streams and the durable
+// consumer with them. A running consumer notices, recreates both and goes
+// on consuming, without a restart.
+//
+// Breaking it: without Consume's watchdog the consumer stays gone and the
+// message published after the loss is never handled.
+func TestConsumeRecreatesLostStreamAndConsumer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan string, 16)
+	stop, err := e.bus.Consume(ctx, bus.ConsumerConfig{
+		Stream: wire.StreamOps, Durable: "phoenix", Filters: []string{wire.OpsFilter(wire.KindDispatch)},
+		Workers: 2, CheckInterval: 50 * time.Millisecond,
+	}, func(_ context.Context, d bus.Delivery) error {
+		got <- string(d.Data)
+		return nil
+	})
+	require.NoError(t, err)
+	defer stop()
+	e.publish(t, wire.OpsSubjectPrefix+"dispatch.t", 1)
+	require.Equal(t, "0", <-got)
+
+	// The store is lost: the streams go, and the consumer with them.
+	for _, name := range []string{wire.StreamIntents, wire.StreamOps, wire.StreamResults} {
+		require.NoError(t, e.js.DeleteStream(ctx, name))
+	}
+	require.Eventually(t, func() bool {
+		_, err := e.js.Consumer(ctx, wire.StreamOps, "phoenix")
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "the consumer was never recreated")
+	require.NoError(t, e.bus.Check(ctx))
+	e.publish(t, wire.OpsSubjectPrefix+"dispatch.after", 1)
+	select {
+	case d := <-got:
+		require.Equal(t, "0", d)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a message published after the loss was never handled")
+	}
+	st, err := e.js.Stream(ctx, wire.StreamOps)
+	require.NoError(t, err)
+	require.Equal(t, jetstream.WorkQueuePolicy, st.CachedInfo().Config.Retention, "recreated as it was made")
 }

@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -71,7 +70,7 @@ func New(cfg Config, st *store.Store, b *bus.Bus, reg *registry.Registry, m *tel
 func (s *Service) Start(ctx context.Context) (stop func(), err error) {
 	return s.bus.Consume(ctx, bus.ConsumerConfig{
 		Stream: wire.StreamOps, Durable: s.cfg.Durable, Workers: s.cfg.Workers,
-		Filters: []string{wire.OpsSubject(wire.KindFailed, ">")},
+		Filters: []string{wire.OpsFilter(wire.KindFailed)},
 	}, s.Handle)
 }
 
@@ -105,13 +104,16 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 		if orig.State != op.StateCompensating {
 			return nil
 		}
-		cur, err := tx.Transition(ctx, store.Change{OperationID: orig.ID, From: orig.State, LeaseEpoch: orig.LeaseEpoch,
-			Event: op.EventCompensationFail, Actor: s.cfg.Name, ErrorCategory: "compensation_failed",
-			Error: "compensation " + o.ID + " failed: " + o.LastError})
-		if err != nil {
-			return err
-		}
-		return tx.Enqueue(ctx, outbox.Result(wire.ResultFor(cur, cur.OriginEventID, op.DecisionNew), tp))
+		why := wire.Clip200("compensation " + o.ID + " failed: " + o.LastError)
+		_, err = tx.Transition(ctx, store.Change{OperationID: orig.ID, From: orig.State, LeaseEpoch: orig.LeaseEpoch,
+			Events: []op.Event{op.EventCompensationFail}, Actor: s.cfg.Name, ErrorCategory: "compensation_failed",
+			Error: why, Detail: map[string]string{"reason": why}, Operation: orig,
+			Outbox: func(after *op.Operation) []store.Message {
+				r := wire.ResultFor(after, after.OriginEventID, op.DecisionNew)
+				r.Reason = why
+				return []store.Message{outbox.Result(r, tp)}
+			}})
+		return err
 	})
 	var stale *op.StaleError
 	if err != nil && !errors.As(err, &stale) {
@@ -163,7 +165,7 @@ func Request(ctx context.Context, st *store.Store, reg *registry.Registry, origi
 			Operation: p.Operation, Initial: p.Initial, Actor: actor}
 		if p.Initial == op.EventEnqueue {
 			p.Operation.State = op.StatePendingDispatch
-			sub.Outbox = []store.Message{outbox.Command(wire.KindDispatch, p.Operation, sub.EventID, tp, time.Time{})}
+			sub.Outbox = []store.Message{outbox.Command(wire.KindDispatch, p.Operation, sub.EventID, tp, 0)}
 		}
 		res, err := tx.Submit(ctx, sub)
 		if err != nil {
@@ -181,7 +183,11 @@ func Request(ctx context.Context, st *store.Store, reg *registry.Registry, origi
 		}
 		comp = res.Operation
 		_, err = tx.Transition(ctx, store.Change{OperationID: orig.ID, From: orig.State, LeaseEpoch: orig.LeaseEpoch,
-			Event: op.EventCompensate, Actor: actor, Detail: map[string]string{"compensation_operation_id": comp.ID, "reason": reason}})
+			Events: []op.Event{op.EventCompensate}, Actor: actor, Operation: orig,
+			Detail: map[string]string{"compensation_operation_id": comp.ID, "reason": reason},
+			Outbox: func(after *op.Operation) []store.Message {
+				return []store.Message{outbox.Result(wire.ResultFor(after, after.OriginEventID, op.DecisionNew), tp)}
+			}})
 		return err
 	})
 	if err != nil {

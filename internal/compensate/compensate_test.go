@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -65,11 +64,11 @@ func (b bundle) approve(t *testing.T, o *op.Operation) {
 	t.Helper()
 	require.NoError(t, b.Store.InTx(b.Ctx, func(tx *store.Tx) error {
 		cur, err := tx.Transition(b.Ctx, store.Change{OperationID: o.ID, From: op.StateAwaitingApproval,
-			LeaseEpoch: o.LeaseEpoch, Event: op.EventApprove, Actor: "operator:test"})
+			LeaseEpoch: o.LeaseEpoch, Events: []op.Event{op.EventApprove}, Actor: "operator:test"})
 		if err != nil {
 			return err
 		}
-		return tx.Enqueue(b.Ctx, outbox.Command(wire.KindDispatch, cur, "approve:"+o.ID, telemetry.FromTraceID(o.TraceID), time.Time{}))
+		return tx.Enqueue(b.Ctx, outbox.Command(wire.KindDispatch, cur, "approve:"+o.ID, telemetry.FromTraceID(o.TraceID), 0))
 	}))
 }
 

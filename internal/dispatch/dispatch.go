@@ -18,11 +18,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/rs/zerolog"
 
 	"github.com/opledger/opledger/internal/bus"
 	"github.com/opledger/opledger/internal/followup"
-	"github.com/opledger/opledger/internal/outbox"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/pkg/adapter"
@@ -71,7 +71,7 @@ func New(cfg Config, st *store.Store, b *bus.Bus, reg *registry.Registry, adapte
 func (s *Service) Start(ctx context.Context) (stop func(), err error) {
 	return s.bus.Consume(ctx, bus.ConsumerConfig{
 		Stream: wire.StreamOps, Durable: s.cfg.Durable, Workers: s.cfg.Workers,
-		Filters: []string{wire.OpsSubject(wire.KindDispatch, ">")},
+		Filters: []string{wire.OpsFilter(wire.KindDispatch)},
 		AckWait: time.Minute,
 	}, s.Handle)
 }
@@ -102,7 +102,7 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	// after that, when another attempt may already be under way.
 	deadline := time.Now().Add(tool.Timeout)
 	claimCtx, cancelClaim := context.WithDeadline(ctx, deadline)
-	o, att, err := s.store.BeginAttempt(claimCtx, cmd.OperationID, cmd.LeaseEpoch, s.cfg.Name)
+	o, att, err := s.store.BeginAttempt(claimCtx, cmd.OperationID, cmd.LeaseEpoch, s.cfg.Name, tool.Timeout)
 	cancelClaim()
 	var stale *op.StaleError
 	switch {
@@ -139,7 +139,7 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	s.m.Attempt(o.Tool, string(o.Class), string(res.Outcome), res.ErrorCategory, res.Latency)
 
 	// Record with a context that outlives shutdown: the vendor already acted.
-	final, err := Record(context.WithoutCancel(ctx), s.store, tool, o, att, res, cmd.EventID, tp)
+	final, err := s.record(context.WithoutCancel(ctx), tool, o, att, res, cmd.EventID, tp, log)
 	if errors.As(err, &stale) {
 		// The sweeper gave up on this attempt and fenced it off; the attempt
 		// row still says what the vendor answered, for the reconciler.
@@ -147,8 +147,9 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 		return nil
 	}
 	if err != nil {
-		// The operation stays in dispatched; the reconciler's sweeper will
-		// find it. A redelivery of this command is suppressed above.
+		// The operation stays in dispatched; the sweeper fences it off once
+		// its attempt's deadline has passed and the reconciler asks the
+		// vendor. A redelivery of this command is suppressed above.
 		log.Error().Err(err).Str("outcome", string(res.Outcome)).Msg("could not record outcome")
 		return err
 	}
@@ -161,69 +162,88 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	}
 	ev.Str("outcome", string(res.Outcome)).Str("state_transition", string(op.StateDispatched)+"->"+string(final.State)).
 		Str("error_category", res.ErrorCategory).Int("http_status", res.HTTPStatus).Bool("vendor_replayed", res.Replayed).
-		Str("provider_request_id", res.ExternalRequestID).Str("external_object_id", res.ExternalObjectID).
+		Str("provider_request_id", wire.Clip(res.ExternalRequestID)).Str("external_object_id", wire.Clip(res.ExternalObjectID)).
 		Dur("latency_ms", res.Latency).Msg("attempt recorded")
 	return nil
 }
 
-// Record writes an attempt's outcome: the attempt row, the operation's
-// transition from dispatched (fenced by the attempt's lease epoch), the
-// agent's result and the follow-up command. Most outcomes take one statement
-// (store.RecordOutcome); a retryable failure, or the completion of a
-// compensation, takes a transaction because more follows: retryable outcomes
-// go back to pending_dispatch with a delayed dispatch command while the
-// tool's retry budget lasts, then fail permanently. It returns the
-// operation's new state.
+// record writes the outcome, retrying a write that failed for a reason of
+// the database's (a lost connection, a failover) for a few seconds: the
+// vendor has acted, and what it said is worth keeping. A value the database
+// refuses outright is not retried: Record has already stripped it.
+func (s *Service) record(ctx context.Context, tool *registry.Tool, o *op.Operation, att *op.Attempt, res adapter.Result,
+	eventID string, tp telemetry.Traceparent, log zerolog.Logger) (*op.Operation, error) {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, time.Second, 5*time.Second
+	var final *op.Operation
+	err := backoff.Retry(func() error {
+		var err error
+		final, err = Record(ctx, s.store, tool, o, att, res, eventID, tp)
+		var stale *op.StaleError
+		if errors.As(err, &stale) || errors.Is(err, op.ErrInvalid) || errors.Is(err, op.ErrIllegalTransition) {
+			return backoff.Permanent(err)
+		}
+		if err != nil {
+			log.Warn().Err(err).Msg("recording the outcome failed; trying again")
+		}
+		return err
+	}, b)
+	var perm *backoff.PermanentError
+	if errors.As(err, &perm) {
+		err = perm.Err
+	}
+	return final, err
+}
+
+// Record writes an attempt's outcome as one decision: the attempt row, the
+// operation's transition from dispatched (fenced by the attempt's lease
+// epoch) with everything the decision implies (a retry with its delayed
+// dispatch command, or a permanent failure once the budget is spent; a
+// reconcile or compensate command), and the agent's result, in one
+// statement. Only the completion of a compensation, which also completes
+// the operation it compensates, takes a transaction of two statements.
+//
+// Values the vendor sent are bounded first (see adapter.Sanitize). Should the
+// database still refuse the write (op.ErrInvalid), the outcome is recorded
+// again as unknown without the vendor's values, so that the operation never
+// stays in dispatched for want of a writable answer.
+//
+// It returns the operation after the change. Errors: *op.StaleError when
+// the attempt was fenced off (its answer is kept on the attempt row).
 func Record(ctx context.Context, st *store.Store, tool *registry.Tool, o *op.Operation, att *op.Attempt,
 	res adapter.Result, eventID string, tp telemetry.Traceparent) (*op.Operation, error) {
-	att.Outcome, att.ErrorCategory, att.Error, att.HTTPStatus = res.Outcome, res.ErrorCategory, res.Error, res.HTTPStatus
-	att.ExternalRequestID, att.ExternalObjectID = res.ExternalRequestID, res.ExternalObjectID
-	result := func(cur *op.Operation) store.Message {
-		r := wire.ResultFor(cur, eventID, op.DecisionNew)
-		r.RawStatusCode, r.Reason = res.HTTPStatus, res.Error
-		return outbox.Result(r, tp)
+	res = adapter.Sanitize(res)
+	cur, err := record(ctx, st, tool, o, att, res, eventID, tp)
+	if errors.Is(err, op.ErrInvalid) {
+		res = adapter.Result{Outcome: op.OutcomeUnknown, HTTPStatus: res.HTTPStatus, ErrorCategory: CategoryUnrecordable,
+			Error: "the ledger refused a value from the vendor's answer; the outcome is unknown", Latency: res.Latency}
+		cur, err = record(ctx, st, tool, o, att, res, eventID, tp)
 	}
-	if res.Outcome != op.OutcomeRetryable && o.CompensatesID == "" {
-		cur, err := st.RecordOutcome(ctx, store.Outcome{
-			Operation: o, Attempt: att, Actor: att.Worker, Detail: attemptDetail(res),
-			Outbox: func(after *op.Operation) []store.Message {
-				msgs := followup.Commands(after, eventID, tp)
-				return append(msgs, result(after))
-			},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("record attempt %s of operation %s: %w", att.ID, o.ID, err)
-		}
-		return cur, nil
-	}
-	// The attempt row records the vendor's answer on its own, first, so that
-	// it survives even if the transition below finds the attempt fenced off.
-	if _, err := st.FinishAttempt(ctx, att); err != nil {
-		return nil, fmt.Errorf("record attempt %s of operation %s: %w", att.ID, o.ID, err)
-	}
-	var out *op.Operation
-	err := st.InTx(ctx, func(tx *store.Tx) error {
-		cur, err := tx.Transition(ctx, store.Change{
-			OperationID: o.ID, From: op.StateDispatched, LeaseEpoch: o.LeaseEpoch, Event: res.Outcome.Event(),
-			ExternalRequestID: res.ExternalRequestID, ExternalObjectID: res.ExternalObjectID,
-			ErrorCategory: res.ErrorCategory, Error: res.Error, AttemptID: att.ID, Actor: att.Worker,
-			Detail: attemptDetail(res),
-		})
-		if err != nil {
-			return err
-		}
-		cur, msgs, err := followup.FollowUp(ctx, tx, tool, cur, eventID, tp, res.RetryAfter, att.Worker)
-		if err != nil {
-			return err
-		}
-		out = cur
-		return tx.Enqueue(ctx, append(msgs, result(cur))...)
-	})
 	if err != nil {
 		return nil, fmt.Errorf("record attempt %s of operation %s: %w", att.ID, o.ID, err)
 	}
-	return out, nil
+	return cur, nil
 }
+
+func record(ctx context.Context, st *store.Store, tool *registry.Tool, o *op.Operation, att *op.Attempt,
+	res adapter.Result, eventID string, tp telemetry.Traceparent) (*op.Operation, error) {
+	a := *att
+	a.Outcome, a.ErrorCategory, a.Error, a.HTTPStatus = res.Outcome, res.ErrorCategory, res.Error, res.HTTPStatus
+	a.ExternalRequestID, a.ExternalObjectID = res.ExternalRequestID, res.ExternalObjectID
+	plan, err := followup.Decide(tool, o, followup.Outcome{Event: res.Outcome.Event(), Now: att.StartedAt, RetryAfter: res.RetryAfter,
+		ErrorCategory: res.ErrorCategory, Error: res.Error, HTTPStatus: res.HTTPStatus}, eventID, tp)
+	if err != nil {
+		return nil, err
+	}
+	c := plan.Change(o, att.Worker)
+	c.AttemptID, c.Finish, c.Detail = att.ID, &a, attemptDetail(res)
+	c.ExternalRequestID, c.ExternalObjectID = res.ExternalRequestID, res.ExternalObjectID
+	return plan.Write(ctx, st, c)
+}
+
+// CategoryUnrecordable: the vendor's answer could not be written to the
+// ledger even after it was bounded; the outcome is recorded as unknown.
+const CategoryUnrecordable = "unrecordable_response"
 
 // minCallTime is the least time left before an attempt's deadline for which
 // a vendor call is still started.

@@ -1,12 +1,15 @@
 // Package followup decides what happens after an operation reaches a new
 // state, for every worker that moves one (the dispatcher after an attempt,
-// the reconciler after a lookup): the command that should follow (reconcile,
-// retry, compensate), the retry budget and its backoff, and the completion of
-// the operation a finished compensation was for. Keeping it in one place makes
-// the dispatcher and the reconciler decide follow-ups the same way.
+// the reconciler after a lookup, the sweeper): the whole chain of events the
+// decision makes (a retryable failure is retried at once, or fails for good
+// when the budget is spent), the command that should follow (reconcile,
+// retry, compensate) and the agent's result, so that the caller writes them
+// all in one statement. Keeping it in one place makes every worker decide
+// follow-ups the same way.
 package followup
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -21,63 +24,132 @@ import (
 	"github.com/opledger/opledger/pkg/wire"
 )
 
-// Commands are the commands that follow an operation reaching a
-// state with nothing else to write: reconcile an unknown outcome now, an
-// acknowledgement later, compensate a permanent failure.
-func Commands(cur *op.Operation, eventID string, tp telemetry.Traceparent) []store.Message {
-	switch cur.State {
-	case op.StateUnknownOutcome:
-		return []store.Message{outbox.Command(wire.KindUnknown, cur, eventID, tp, time.Time{})}
-	case op.StateAcknowledged:
-		// Completion should follow by itself; if it has not after a while,
-		// the reconciler asks the vendor.
-		return []store.Message{outbox.Command(wire.KindUnknown, cur, eventID, tp, time.Now().Add(AcknowledgedCheckDelay))}
-	case op.StateFailedPermanent:
-		return []store.Message{outbox.Command(wire.KindFailed, cur, eventID, tp, time.Time{})}
-	}
-	return nil
-}
-
-// FollowUp decides what happens after an operation reached cur.State from an
-// attempt or a reconciliation, in tx: an unknown outcome gets a reconcile
-// command, an acknowledgement a delayed one; a retryable failure goes back to pending_dispatch with a delayed
-// dispatch command while the tool's retry budget lasts, then fails
-// permanently; a permanent failure gets a compensate command; a completed
-// compensation completes the operation it compensates. It returns the
-// operation's state after that and the outbox messages to write.
-func FollowUp(ctx context.Context, tx *store.Tx, tool *registry.Tool, cur *op.Operation, eventID string,
-	tp telemetry.Traceparent, retryAfter time.Duration, actor string) (*op.Operation, []store.Message, error) {
-	var err error
-	switch cur.State {
-	case op.StateFailedRetryable:
-		if cur.AttemptCount < tool.Retry.MaxAttempts {
-			if cur, err = tx.Transition(ctx, store.Change{OperationID: cur.ID, From: cur.State, LeaseEpoch: cur.LeaseEpoch,
-				Event: op.EventRetry, Actor: actor, Detail: map[string]any{"attempt": cur.AttemptCount}}); err != nil {
-				return nil, nil, err
-			}
-			due := time.Now().Add(RetryDelay(tool.Retry, cur.AttemptCount, retryAfter))
-			return cur, []store.Message{outbox.Command(wire.KindDispatch, cur, eventID, tp, due)}, nil
-		}
-		if cur, err = tx.Transition(ctx, store.Change{OperationID: cur.ID, From: cur.State, LeaseEpoch: cur.LeaseEpoch,
-			Event: op.EventFailPermanent, Actor: actor, ErrorCategory: "retries_exhausted",
-			Error: fmt.Sprintf("gave up after %d attempts; last: %s", cur.AttemptCount, cur.LastError)}); err != nil {
-			return nil, nil, err
-		}
-	case op.StateCompletedSuccess, op.StateCompletedNoop:
-		if err := CompleteCompensation(ctx, tx, cur); err != nil {
-			return nil, nil, err
-		}
-	}
-	msgs := Commands(cur, eventID, tp)
-	return cur, msgs, nil
-}
-
 // AcknowledgedCheckDelay is how long after a vendor acknowledged a request
 // without completing it the reconciler first asks the vendor about it.
 const AcknowledgedCheckDelay = time.Minute
 
+// Outcome is what a worker learned about an operation.
+type Outcome struct {
+	// Event is what happened: succeed, noop, acknowledge, fail_retryable,
+	// fail_permanent, outcome_unknown or escalate.
+	Event op.Event
+	// Now is the database's clock when it happened (an attempt's start, or
+	// a reconciler's reading of now()): the retry budget's elapsed time is
+	// measured on it.
+	Now time.Time
+	// RetryAfter is the vendor's requested delay before another try.
+	RetryAfter time.Duration
+	// ErrorCategory and Error describe a failure.
+	ErrorCategory, Error string
+	// Reason explains the decision to the agent (the result's reason);
+	// empty uses the operation's last error.
+	Reason string
+	// HTTPStatus is the vendor's status, for the result.
+	HTTPStatus int
+}
+
+// Plan is a decision ready to write: the events from the operation's current
+// state and, through Messages, the follow-up command and the agent's result.
+type Plan struct {
+	Events               []op.Event
+	ErrorCategory, Error string
+	// Messages builds the outbox rows from the operation as it will be.
+	Messages func(after *op.Operation) []store.Message
+	// To is the state the operation ends in.
+	To op.State
+}
+
+// Decide plans what follows oc for o (in o.State, at o.LeaseEpoch): for a
+// retryable failure, a retry under the same key with backoff while the
+// tool's budget (attempts and elapsed time of the current generation) lasts,
+// else a permanent failure that says nothing was done; for an unknown
+// outcome, a reconcile command; for an acknowledgement, a delayed one; for a
+// permanent failure, a compensate command. The result goes to the workflow
+// for eventID.
+func Decide(tool *registry.Tool, o *op.Operation, oc Outcome, eventID string, tp telemetry.Traceparent) (Plan, error) {
+	p := Plan{Events: []op.Event{oc.Event}, ErrorCategory: oc.ErrorCategory, Error: oc.Error}
+	to, err := op.Transition(o.State, oc.Event)
+	if err != nil {
+		return Plan{}, fmt.Errorf("operation %s: %w", o.ID, err)
+	}
+	var command func(after *op.Operation) store.Message
+	switch to {
+	case op.StateFailedRetryable:
+		attempts := o.AttemptCount - o.GenerationAttemptBase
+		elapsed := oc.Now.Sub(o.GenerationStartedAt)
+		if attempts < tool.Retry.MaxAttempts && (tool.Retry.MaxElapsed <= 0 || elapsed < tool.Retry.MaxElapsed) {
+			p.Events = append(p.Events, op.EventRetry)
+			to = op.StatePendingDispatch
+			delay := RetryDelay(tool.Retry, attempts, oc.RetryAfter)
+			command = func(after *op.Operation) store.Message {
+				return outbox.Command(wire.KindDispatch, after, eventID, tp, delay)
+			}
+			break
+		}
+		p.Events = append(p.Events, op.EventFailPermanent)
+		to = op.StateFailedPermanent
+		p.ErrorCategory = op.CategoryRetriesExhausted
+		p.Error = fmt.Sprintf("nothing was done: %d attempt(s) over %s were all refused before any effect; last: %s",
+			attempts, elapsed.Round(time.Millisecond), oc.Error)
+		command = func(after *op.Operation) store.Message {
+			return outbox.Command(wire.KindFailed, after, eventID, tp, 0)
+		}
+	case op.StateUnknownOutcome:
+		command = func(after *op.Operation) store.Message {
+			return outbox.Command(wire.KindUnknown, after, eventID, tp, 0)
+		}
+	case op.StateAcknowledged:
+		// Completion should follow by itself; if it has not after a while,
+		// the reconciler asks the vendor.
+		command = func(after *op.Operation) store.Message {
+			return outbox.Command(wire.KindUnknown, after, eventID, tp, AcknowledgedCheckDelay)
+		}
+	case op.StateFailedPermanent:
+		command = func(after *op.Operation) store.Message {
+			return outbox.Command(wire.KindFailed, after, eventID, tp, 0)
+		}
+	}
+	p.To = to
+	p.Messages = func(after *op.Operation) []store.Message {
+		var msgs []store.Message
+		if command != nil {
+			msgs = append(msgs, command(after))
+		}
+		r := wire.ResultFor(after, eventID, op.DecisionNew)
+		r.RawStatusCode, r.Reason = oc.HTTPStatus, wire.Clip200(cmp.Or(oc.Reason, after.LastError))
+		return append(msgs, outbox.Result(r, tp))
+	}
+	return p, nil
+}
+
+// Change turns the plan into the store change that writes it, from o at its
+// lease epoch.
+func (p Plan) Change(o *op.Operation, actor string) store.Change {
+	return store.Change{OperationID: o.ID, From: o.State, LeaseEpoch: o.LeaseEpoch, Events: p.Events,
+		ErrorCategory: p.ErrorCategory, Error: p.Error, Actor: actor, Outbox: p.Messages, Operation: o}
+}
+
+// Write applies c (built by Change from p, with whatever the caller adds)
+// as one decision in one statement; a completed compensation also
+// completes the operation it compensates, in the same transaction.
+func (p Plan) Write(ctx context.Context, st *store.Store, c store.Change) (*op.Operation, error) {
+	completed := p.To == op.StateCompletedSuccess || p.To == op.StateCompletedNoop
+	if c.Operation == nil || c.Operation.CompensatesID == "" || !completed {
+		return st.Transition(ctx, c)
+	}
+	var cur *op.Operation
+	err := st.InTx(ctx, func(tx *store.Tx) error {
+		var err error
+		if cur, err = tx.Transition(ctx, c); err != nil {
+			return err
+		}
+		return CompleteCompensation(ctx, tx, cur)
+	})
+	return cur, err
+}
+
 // CompleteCompensation moves the operation that o compensates, if any, from
-// compensating to compensated, in tx.
+// compensating to compensated, in tx, with a result to its workflow.
 func CompleteCompensation(ctx context.Context, tx *store.Tx, o *op.Operation) error {
 	if o.CompensatesID == "" {
 		return nil
@@ -89,8 +161,13 @@ func CompleteCompensation(ctx context.Context, tx *store.Tx, o *op.Operation) er
 	if orig.State != op.StateCompensating {
 		return nil
 	}
+	tp := telemetry.FromTraceID(orig.TraceID)
 	_, err = tx.Transition(ctx, store.Change{OperationID: orig.ID, From: orig.State, LeaseEpoch: orig.LeaseEpoch,
-		Event: op.EventCompensated, Actor: "compensation", Detail: map[string]string{"compensation_operation_id": o.ID}})
+		Events: []op.Event{op.EventCompensated}, Actor: "compensation", Operation: orig,
+		Detail: map[string]string{"compensation_operation_id": o.ID},
+		Outbox: func(after *op.Operation) []store.Message {
+			return []store.Message{outbox.Result(wire.ResultFor(after, after.OriginEventID, op.DecisionNew), tp)}
+		}})
 	return err
 }
 

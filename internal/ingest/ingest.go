@@ -176,7 +176,7 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 	sub.Operation, sub.Initial = p.Operation, p.Initial
 	if p.Initial == op.EventEnqueue {
 		p.Operation.State = op.StatePendingDispatch
-		sub.Outbox = []store.Message{outbox.Command(wire.KindDispatch, p.Operation, in.EventID, tp, time.Time{})}
+		sub.Outbox = []store.Message{outbox.Command(wire.KindDispatch, p.Operation, in.EventID, tp, 0)}
 	}
 	return sub, tool, ""
 }

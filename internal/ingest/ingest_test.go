@@ -1,6 +1,8 @@
 package ingest_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -82,7 +84,7 @@ func TestIngestValidIntent(t *testing.T) {
 
 	rows := b.OutboxOf(t, o.ID)
 	require.Len(t, rows, 2, "one dispatch command and one result")
-	require.Equal(t, wire.OpsSubject(wire.KindDispatch, "capture_payment"), rows[0].Subject)
+	require.Equal(t, wire.OpsSubject(wire.KindDispatch, "capture_payment", o.ID), rows[0].Subject)
 	cmd := rows[0].Command(t)
 	require.Equal(t, wire.Command{Spec: wire.SpecCommand, Kind: wire.KindDispatch, OperationID: o.ID, Tool: o.Tool,
 		IdempotencyKey: o.IdempotencyKey, LeaseEpoch: o.LeaseEpoch, WorkflowID: "wf_1", EventID: "evt_1",
@@ -97,7 +99,9 @@ func TestIngestValidIntent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, op.DecisionNew, in.Decision)
 	require.Equal(t, o.ID, in.OperationID)
-	require.Equal(t, body, in.Payload)
+	sum := sha256.Sum256(body)
+	require.Equal(t, hex.EncodeToString(sum[:]), in.PayloadHash, "the inbox keeps the hash of an accepted intent")
+	require.Empty(t, in.Payload, "and not its raw bytes: the operation holds its canonical args")
 }
 
 // Invalid intents are kept in the inbox with their raw bytes and the reason,
@@ -231,7 +235,7 @@ func TestIngestSameActionNewEventID(t *testing.T) {
 	first := b.ingestIntent(t, capture("evt_1", "wf_1", "order_1", "cust_1"))
 	require.Equal(t, op.DecisionNew, first.Decision)
 	// The operation moves on before the retry arrives: a dispatcher took it.
-	o, _, err := b.Store.BeginAttempt(b.Ctx, first.Result.OperationID, 0, "dispatcher-test")
+	o, _, err := b.Store.BeginAttempt(b.Ctx, first.Result.OperationID, 0, "dispatcher-test", pipetest.DefaultToolTimeout)
 	require.NoError(t, err)
 	require.Equal(t, op.StateDispatched, o.State)
 

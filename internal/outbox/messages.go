@@ -11,17 +11,20 @@ import (
 )
 
 // Command is the outbox row of a command of kind for o in its current state
-// and lease epoch, due at at (zero: now). eventID is the inbound event that
-// created o, carried through so results can name it.
-func Command(kind string, o *op.Operation, eventID string, tp telemetry.Traceparent, at time.Time) store.Message {
+// and lease epoch, due delay after it commits (on the database's clock).
+// eventID is the inbound event that created o, carried through so results
+// can name it. Its subject names the operation: the OPS stream keeps one
+// message per subject, so a newer command for the operation replaces an
+// older one still waiting and a re-drive never multiplies commands.
+func Command(kind string, o *op.Operation, eventID string, tp telemetry.Traceparent, delay time.Duration) store.Message {
 	cmd := wire.Command{
 		Spec: wire.SpecCommand, Kind: kind, OperationID: o.ID, Tool: o.Tool, IdempotencyKey: o.IdempotencyKey,
 		LeaseEpoch: o.LeaseEpoch, WorkflowID: o.WorkflowID, EventID: eventID, State: o.State,
 	}
 	data, _ := json.Marshal(cmd) // plain struct: cannot fail
 	return store.Message{
-		Subject: wire.OpsSubject(kind, o.Tool), MsgID: op.NewID("msg"), Payload: data,
-		OperationID: o.ID, AvailableAt: at, Header: tp.Header(),
+		Subject: wire.OpsSubject(kind, o.Tool, o.ID), MsgID: op.NewID("msg"), Payload: data,
+		OperationID: o.ID, Delay: delay, Header: tp.Header(),
 	}
 }
 

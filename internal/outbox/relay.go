@@ -11,6 +11,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/opledger/opledger/internal/bus"
 	"github.com/opledger/opledger/internal/store"
+	"github.com/opledger/opledger/pkg/wire"
 )
 
 // Config tunes a relay.
@@ -34,6 +36,10 @@ type Config struct {
 	PollInterval time.Duration
 	// RetryDelay is how long a row waits after a failed publish (default 1s).
 	RetryDelay time.Duration
+	// MaxFailures parks a row after this many failed publishes that were the
+	// message's own fault (too large, refused by the stream), default 5; a
+	// NATS outage is not counted.
+	MaxFailures int
 	// Wake, when set, signals rows committed in this process (Waker.Subscribe).
 	Wake <-chan struct{}
 }
@@ -53,6 +59,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RetryDelay <= 0 {
 		c.RetryDelay = time.Second
+	}
+	if c.MaxFailures <= 0 {
+		c.MaxFailures = 5
 	}
 }
 
@@ -106,40 +115,58 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		msgs[i] = bus.Message{Subject: c.Message.Subject, MsgID: c.Message.MsgID, Header: c.Message.Header, Data: c.Message.Payload}
 	}
 	errs := r.bus.PublishBatch(ctx, msgs)
-	var sent, failed []int64
-	var firstErr error
+	var sent, transport, refused []int64
+	var transportErr, refusedErr error
 	for i, c := range claimed {
-		if errs[i] != nil {
-			failed = append(failed, c.ID)
-			if firstErr == nil {
-				firstErr = errs[i]
-			}
-			continue
+		switch err := errs[i]; {
+		case err == nil:
+			sent = append(sent, c.ID)
+		case bus.MessageFault(err):
+			refused = append(refused, c.ID)
+			refusedErr = cmp.Or(refusedErr, err)
+			r.log.Warn().Err(err).Str("msg_id", c.Message.MsgID).Str("operation_id", c.Message.OperationID).
+				Int("bytes", len(c.Message.Payload)).Msg("NATS refused the message itself; it will be parked after repeated refusals")
+		default:
+			transport = append(transport, c.ID)
+			transportErr = cmp.Or(transportErr, err)
 		}
-		sent = append(sent, c.ID)
 	}
 	// Marking runs even if ctx ended: the messages are already in JetStream.
 	mctx := context.WithoutCancel(ctx)
+	var errs2 []error
 	if len(sent) > 0 {
-		if _, err := r.store.OutboxMarkSent(mctx, sent); err != nil {
+		if _, err := r.store.OutboxMarkSent(mctx, r.cfg.ID, sent); err != nil {
 			// Rows stay claimed until the lease ends, then are re-published with
 			// the same msg id: a duplicate, absorbed downstream.
-			return 0, fmt.Errorf("mark %d rows sent: %w", len(sent), err)
+			errs2 = append(errs2, fmt.Errorf("mark %d rows sent: %w", len(sent), err))
 		}
 	}
-	if len(failed) > 0 {
-		if err := r.store.OutboxRelease(mctx, failed, r.cfg.RetryDelay, shortErr(firstErr)); err != nil {
-			return len(sent), errors.Join(firstErr, err)
+	if len(transport) > 0 {
+		if bus.StreamMissing(transportErr) {
+			// A NATS server that lost its store: put the streams back so that
+			// these rows, and the re-drive, have somewhere to go.
+			if err := r.bus.EnsureStreams(mctx, bus.StreamOptions{}); err != nil {
+				errs2 = append(errs2, err)
+			} else {
+				r.log.Warn().Msg("streams were missing on the NATS server; recreated them")
+			}
 		}
-		return len(sent), fmt.Errorf("publish failed for %d of %d rows: %w", len(failed), len(claimed), firstErr)
+		if err := r.store.OutboxRelease(mctx, store.Release{Relay: r.cfg.ID, IDs: transport, Delay: r.cfg.RetryDelay,
+			Reason: shortErr(transportErr)}); err != nil {
+			errs2 = append(errs2, err)
+		}
+		errs2 = append(errs2, fmt.Errorf("publish failed for %d of %d rows: %w", len(transport), len(claimed), transportErr))
 	}
-	return len(sent), nil
+	if len(refused) > 0 {
+		if err := r.store.OutboxRelease(mctx, store.Release{Relay: r.cfg.ID, IDs: refused, Delay: r.cfg.RetryDelay,
+			Reason: shortErr(refusedErr), MessageFault: true, MaxFailures: r.cfg.MaxFailures}); err != nil {
+			errs2 = append(errs2, err)
+		}
+		errs2 = append(errs2, fmt.Errorf("NATS refused %d of %d rows: %w", len(refused), len(claimed), refusedErr))
+	}
+	return len(sent), errors.Join(errs2...)
 }
 
 func shortErr(err error) string {
-	s := err.Error()
-	if len(s) > 200 {
-		s = s[:200]
-	}
-	return s
+	return wire.Clip200(err.Error())
 }

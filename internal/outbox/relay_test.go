@@ -21,8 +21,12 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-// testSubject is inside the OPS stream; no consumer listens on it.
-var testSubject = wire.OpsSubject("relaytest", "noop")
+// testPrefix is inside the OPS stream; no consumer listens on it. Each row
+// goes to a subject of its own (testSubject), as each command names its
+// operation: the stream keeps one message per subject.
+const testPrefix = wire.OpsSubjectPrefix + "relaytest.noop"
+
+func testSubject(id string) string { return testPrefix + "." + id }
 
 type bundle struct {
 	*pipetest.Env
@@ -36,7 +40,7 @@ func setup(t *testing.T, opts pipetest.Options) bundle {
 	t.Helper()
 	e := pipetest.Start(t, opts)
 	pc := &publishCounter{n: map[string]int{}}
-	sub, err := e.Bus.Conn().Subscribe(testSubject, func(m *nats.Msg) { pc.add(m.Header.Get(wire.HeaderMsgID)) })
+	sub, err := e.Bus.Conn().Subscribe(testPrefix+".>", func(m *nats.Msg) { pc.add(m.Header.Get(wire.HeaderMsgID)) })
 	require.NoError(t, err)
 	require.NoError(t, e.Bus.Conn().Flush()) // the subscription is live before anything is published
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
@@ -82,7 +86,7 @@ func (b bundle) enqueue(t *testing.T, prefix string, n int) []string {
 			var msgs []store.Message
 			for i := start; i < min(start+100, n); i++ {
 				id := fmt.Sprintf("%s-%04d", prefix, i)
-				msgs = append(msgs, store.Message{Subject: testSubject, MsgID: id, Payload: []byte(id)})
+				msgs = append(msgs, store.Message{Subject: testSubject(id), MsgID: id, Payload: []byte(id)})
 			}
 			return tx.Enqueue(b.Ctx, msgs...)
 		}))
@@ -244,7 +248,7 @@ func (b bundle) openStore(t *testing.T, onOutbox func()) *store.Store {
 func (b bundle) enqueueVia(t *testing.T, st *store.Store, id string) {
 	t.Helper()
 	require.NoError(t, st.InTx(b.Ctx, func(tx *store.Tx) error {
-		return tx.Enqueue(b.Ctx, store.Message{Subject: testSubject, MsgID: id, Payload: []byte(id)})
+		return tx.Enqueue(b.Ctx, store.Message{Subject: testSubject(id), MsgID: id, Payload: []byte(id)})
 	}))
 }
 

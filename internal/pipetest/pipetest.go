@@ -296,7 +296,7 @@ func (e *Env) Commands(t *testing.T, o *op.Operation, kind string) []Row {
 	t.Helper()
 	var out []Row
 	for _, r := range e.OutboxOf(t, o.ID) {
-		if r.Subject == wire.OpsSubject(kind, o.Tool) {
+		if r.Subject == wire.OpsSubject(kind, o.Tool, o.ID) {
 			out = append(out, r)
 		}
 	}

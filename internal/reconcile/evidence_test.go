@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/dispatch"
+	"github.com/opledger/opledger/internal/pipetest"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/vendors"
 	"github.com/opledger/opledger/pkg/adapter"
@@ -20,7 +21,7 @@ import (
 func (b bundle) recordFor(t *testing.T, orderID string, res adapter.Result) *op.Operation {
 	t.Helper()
 	o := b.SubmitCapture(t, "wf_1", orderID)
-	claimed, att, err := b.Store.BeginAttempt(b.Ctx, o.ID, o.LeaseEpoch, "dispatcher-1")
+	claimed, att, err := b.Store.BeginAttempt(b.Ctx, o.ID, o.LeaseEpoch, "dispatcher-1", pipetest.DefaultToolTimeout)
 	require.NoError(t, err)
 	_, err = dispatch.Record(b.Ctx, b.Store, b.Tool(t, "capture_payment"), claimed, att, res, "evt_"+orderID, telemetry.FromTraceID(o.TraceID))
 	require.NoError(t, err)
@@ -65,7 +66,7 @@ func (b bundle) countCommands(t *testing.T, o *op.Operation, kind string) int {
 	t.Helper()
 	n := 0
 	for _, r := range b.Outbox(t) {
-		if r.OperationID == o.ID && r.Subject == wire.OpsSubject(kind, o.Tool) {
+		if r.OperationID == o.ID && r.Subject == wire.OpsSubject(kind, o.Tool, o.ID) {
 			n++
 		}
 	}

@@ -13,30 +13,36 @@ import (
 
 func toOperation(r dbsqlc.Operation) *op.Operation {
 	o := &op.Operation{
-		ID:                r.ID,
-		WorkflowID:        r.WorkflowID,
-		RunID:             r.RunID,
-		Tool:              r.Tool,
-		ToolVersion:       int(r.ToolVersion),
-		Intent:            r.Intent,
-		EntityType:        r.EntityType,
-		EntityID:          r.EntityID,
-		Args:              json.RawMessage(r.ArgsCanonical),
-		ArgsHash:          r.ArgsHash,
-		Class:             op.SideEffectClass(r.SideEffectClass),
-		IdempotencyKey:    r.IdempotencyKey,
-		State:             op.State(r.State),
-		Version:           r.Version,
-		OriginEventID:     r.OriginEventID,
-		AttemptCount:      int(r.AttemptCount),
-		LeaseEpoch:        r.LeaseEpoch,
-		ExternalRequestID: r.ExternalRequestID,
-		ExternalObjectID:  r.ExternalObjectID,
-		TraceID:           r.TraceID,
-		LastErrorCategory: r.LastErrorCategory,
-		LastError:         r.LastError,
-		CreatedAt:         r.CreatedAt,
-		UpdatedAt:         r.UpdatedAt,
+		ID:                    r.ID,
+		WorkflowID:            r.WorkflowID,
+		RunID:                 r.RunID,
+		Tool:                  r.Tool,
+		ToolVersion:           int(r.ToolVersion),
+		Intent:                r.Intent,
+		EntityType:            r.EntityType,
+		EntityID:              r.EntityID,
+		Args:                  json.RawMessage(r.ArgsCanonical),
+		ArgsHash:              r.ArgsHash,
+		Class:                 op.SideEffectClass(r.SideEffectClass),
+		IdempotencyKey:        r.IdempotencyKey,
+		State:                 op.State(r.State),
+		Version:               r.Version,
+		OriginEventID:         r.OriginEventID,
+		AttemptCount:          int(r.AttemptCount),
+		LeaseEpoch:            r.LeaseEpoch,
+		ExternalRequestID:     r.ExternalRequestID,
+		ExternalObjectID:      r.ExternalObjectID,
+		TraceID:               r.TraceID,
+		LastErrorCategory:     r.LastErrorCategory,
+		LastError:             r.LastError,
+		CreatedAt:             r.CreatedAt,
+		UpdatedAt:             r.UpdatedAt,
+		Generation:            int(r.Generation),
+		GenerationStartedAt:   r.CreatedAt,
+		GenerationAttemptBase: int(r.GenerationAttemptBase),
+	}
+	if r.GenerationStartedAt != nil {
+		o.GenerationStartedAt = *r.GenerationStartedAt
 	}
 	if r.CompensatesOperationID != nil {
 		o.CompensatesID = *r.CompensatesOperationID
@@ -44,70 +50,162 @@ func toOperation(r dbsqlc.Operation) *op.Operation {
 	return o
 }
 
-// Change is one conditional state change of an operation.
+// Change is one conditional state change of an operation: one decision,
+// written in one statement with everything that goes with it.
 type Change struct {
 	OperationID string
 	// From and LeaseEpoch are what the writer believes the operation is in; the
 	// write happens only if both still hold.
 	From       op.State
 	LeaseEpoch int64
-	Event      op.Event
+	// Events are applied in order from From (usually one; a retryable failure
+	// that is retried at once is fail_retryable then retry). Each gets its
+	// event row.
+	Events []op.Event
 	// BumpEpoch takes the lease: the epoch increases, and writers holding the
 	// old epoch are fenced off.
 	BumpEpoch bool
-	// NewAttempt counts a dispatch attempt.
-	NewAttempt        bool
+	// Reopen starts a new generation (with EventReopen).
+	Reopen            bool
 	ExternalRequestID string
 	ExternalObjectID  string
 	// ErrorCategory and Error, when ErrorCategory is set, replace the
-	// operation's last error; a successful change clears them.
+	// operation's last error; a change that completes the operation clears them.
 	ErrorCategory string
 	Error         string
 	AttemptID     string
 	Actor         string
-	// Detail is stored as JSON with the event row; nil stores nothing.
+	// Detail is stored as JSON with the last event's row; nil stores nothing.
 	Detail any
+	// Finish, when set, finishes this attempt with its outcome in the same
+	// statement, whether or not the operation still matches From and
+	// LeaseEpoch: a fenced-off attempt keeps what the vendor answered.
+	Finish *op.Attempt
+	// Outbox builds the messages written with the change (the agent's
+	// result, a follow-up command) from the operation as it will be after it;
+	// nothing is written if the operation does not change.
+	Outbox func(after *op.Operation) []Message
+	// Operation is the operation as the writer read it (in From at
+	// LeaseEpoch), from which the messages' view of it after the change is
+	// derived; nil reads it first.
+	Operation *op.Operation
 }
 
-// Transition applies c: it checks the state machine, updates the operation
-// only if it is still in c.From at c.LeaseEpoch, and appends the event row.
+// Transition applies c in one statement on the pool: see Tx.Transition.
+func (s *Store) Transition(ctx context.Context, c Change) (*op.Operation, error) {
+	o, wrote, err := s.reads.transition(ctx, c)
+	if err == nil && wrote && s.onOutbox != nil {
+		s.onOutbox()
+	}
+	return o, err
+}
+
+// Transition applies c: it checks the chain of events against the state
+// machine, updates the operation only if it is still in c.From at
+// c.LeaseEpoch, appends an event row per event, finishes c.Finish and writes
+// c.Outbox's messages, all in one statement. It returns the operation after
+// the change.
 //
-// Errors: *op.TransitionError (errors.Is op.ErrIllegalTransition) when the
-// event is not allowed from c.From; *op.StaleError (op.ErrStale) when the
-// operation has moved on, so a late or duplicate writer changes nothing;
-// op.ErrNotFound when there is no such operation.
+// Errors: *op.TransitionError (errors.Is op.ErrIllegalTransition) when an
+// event is not allowed where the chain has it; *op.StaleError (op.ErrStale)
+// when the operation has moved on, so a late or duplicate writer changes
+// nothing (c.Finish is recorded all the same); op.ErrNotFound when there is
+// no such operation; op.ErrInvalid when the database refuses a value.
 func (t *Tx) Transition(ctx context.Context, c Change) (*op.Operation, error) {
-	to, err := op.Transition(c.From, c.Event)
-	if err != nil {
-		return nil, fmt.Errorf("operation %s: %w", c.OperationID, err)
+	o, wrote, err := t.reads.transition(ctx, c)
+	t.wroteOutbox = t.wroteOutbox || wrote
+	return o, err
+}
+
+func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wroteOutbox bool, err error) {
+	if len(c.Events) == 0 {
+		return nil, false, fmt.Errorf("operation %s: a change needs at least one event: %w", c.OperationID, op.ErrInvalid)
 	}
-	clearErr := to == op.StateCompletedSuccess || to == op.StateCompletedNoop
-	detail, err := encodeDetail(c.Detail)
-	if err != nil {
-		return nil, fmt.Errorf("operation %s: %w", c.OperationID, err)
+	p := dbsqlc.OperationTransitionParams{
+		ID: c.OperationID, FromState: string(c.From), LeaseEpoch: c.LeaseEpoch, BumpEpoch: c.BumpEpoch, Reopen: c.Reopen,
+		ExternalRequestID: c.ExternalRequestID, ExternalObjectID: c.ExternalObjectID,
+		AttemptID: c.AttemptID, Actor: c.Actor, Now: r.now(),
 	}
-	row, err := t.q.OperationTransition(ctx, dbsqlc.OperationTransitionParams{
-		ID:                c.OperationID,
-		FromState:         string(c.From),
-		LeaseEpoch:        c.LeaseEpoch,
-		ToState:           string(to),
-		BumpEpoch:         c.BumpEpoch,
-		NewAttempt:        c.NewAttempt,
-		ExternalRequestID: c.ExternalRequestID,
-		ExternalObjectID:  c.ExternalObjectID,
-		SetError:          c.ErrorCategory != "" || clearErr,
-		ErrorCategory:     c.ErrorCategory,
-		Error:             c.Error,
-		Now:               t.now(),
-		Event:             string(c.Event),
-		AttemptID:         c.AttemptID,
-		Actor:             c.Actor,
-		Detail:            detail,
-	})
-	if err != nil {
-		return nil, t.staleOr(ctx, c.OperationID, c.From, c.LeaseEpoch, err)
+	from := c.From
+	for i, ev := range c.Events {
+		to, err := op.Transition(from, ev)
+		if err != nil {
+			return nil, false, fmt.Errorf("operation %s: %w", c.OperationID, err)
+		}
+		var detail []byte
+		if i == len(c.Events)-1 {
+			if detail, err = encodeDetail(c.Detail); err != nil {
+				return nil, false, fmt.Errorf("operation %s: %w", c.OperationID, err)
+			}
+		}
+		p.Events, p.FromStates, p.ToStates = append(p.Events, string(ev)), append(p.FromStates, string(from)), append(p.ToStates, string(to))
+		p.Details = append(p.Details, detail)
+		from = to
 	}
-	return toOperation(dbsqlc.Operation(row)), nil
+	p.ToState = string(from)
+	completed := from == op.StateCompletedSuccess || from == op.StateCompletedNoop
+	p.SetError, p.ErrorCategory, p.Error = c.ErrorCategory != "" || completed, c.ErrorCategory, c.Error
+	if a := c.Finish; a != nil {
+		p.FinishAttemptID, p.Outcome, p.AttemptErrorCategory, p.AttemptError = a.ID, string(a.Outcome), a.ErrorCategory, a.Error
+		p.HttpStatus, p.AttemptExternalRequestID, p.AttemptExternalObjectID = int32(a.HTTPStatus), a.ExternalRequestID, a.ExternalObjectID
+	}
+	var rows outboxRows
+	if c.Outbox != nil {
+		// The operation as the statement will leave it, for the messages:
+		// the write is fenced, so nothing else changes it in between.
+		var after op.Operation
+		if c.Operation != nil {
+			after = *c.Operation
+		} else {
+			cur, err := r.q.OperationGet(ctx, c.OperationID)
+			if err != nil {
+				return nil, false, fmt.Errorf("operation %s: %w", c.OperationID, translate(err))
+			}
+			after = *toOperation(cur)
+		}
+		applyChange(&after, c, from, r.now())
+		if err := rows.add(c.Outbox(&after)); err != nil {
+			return nil, false, err
+		}
+	}
+	p.Subjects, p.MsgIds, p.Headers, p.Payloads, p.OperationIds, p.Delays = rows.columns()
+	row, err := r.q.OperationTransition(ctx, p)
+	if err != nil {
+		return nil, false, r.staleOr(ctx, c.OperationID, c.From, c.LeaseEpoch, err)
+	}
+	return toOperation(dbsqlc.Operation(row)), len(rows.msgIDs) > 0, nil
+}
+
+// applyChange predicts the operation after c, the way OperationTransition
+// writes it, for the messages built before the statement runs.
+func applyChange(o *op.Operation, c Change, to op.State, now *time.Time) {
+	o.State, o.Version = to, o.Version+int64(len(c.Events))
+	if c.BumpEpoch {
+		o.LeaseEpoch++
+	}
+
+	if c.ExternalRequestID != "" {
+		o.ExternalRequestID = c.ExternalRequestID
+	}
+	if c.ExternalObjectID != "" {
+		o.ExternalObjectID = c.ExternalObjectID
+	}
+	switch {
+	case c.ErrorCategory != "":
+		o.LastErrorCategory, o.LastError = c.ErrorCategory, c.Error
+	case to == op.StateCompletedSuccess || to == op.StateCompletedNoop:
+		o.LastErrorCategory, o.LastError = "", ""
+	}
+	// The row takes the database's clock; the messages, built before the
+	// statement, carry this host's reading of it.
+	o.UpdatedAt = time.Now().UTC()
+	if now != nil {
+		o.UpdatedAt = *now
+	}
+	if c.Reopen {
+		o.Generation++
+		o.GenerationAttemptBase, o.GenerationStartedAt = o.AttemptCount, o.UpdatedAt
+	}
 }
 
 // staleOr explains a conditional write that matched no row: a *op.StaleError
@@ -169,37 +267,75 @@ func (r reads) OperationsByWorkflow(ctx context.Context, workflowID string) ([]*
 	return out, nil
 }
 
+// Stuck is an operation in dispatched whose attempt passed its deadline.
+type Stuck struct {
+	Operation  *op.Operation
+	AttemptID  string
+	DeadlineAt time.Time
+}
+
 // OperationsStuckDispatched returns up to limit operations still in
-// dispatched whose current attempt started before cutoff, oldest first: the
-// sweeper's candidates.
-func (r reads) OperationsStuckDispatched(ctx context.Context, cutoff time.Time, limit int) ([]*op.Operation, error) {
+// dispatched whose current attempt passed its deadline more than grace ago
+// on the database's clock, the earliest deadline first: the sweeper's
+// candidates.
+func (r reads) OperationsStuckDispatched(ctx context.Context, grace time.Duration, limit int) ([]Stuck, error) {
 	rows, err := r.q.OperationListStuckDispatched(ctx, dbsqlc.OperationListStuckDispatchedParams{
-		OlderThan: cutoff, MaxRows: int32(limit),
+		GraceSeconds: grace.Seconds(), MaxRows: int32(limit), Now: r.now(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list stuck operations: %w", translate(err))
 	}
-	out := make([]*op.Operation, len(rows))
+	out := make([]Stuck, len(rows))
 	for i, row := range rows {
-		out[i] = toOperation(row)
+		out[i] = Stuck{Operation: toOperation(row.Operation), AttemptID: row.AttemptID, DeadlineAt: row.DeadlineAt}
 	}
 	return out, nil
 }
 
+// OperationsDispatchedUnclaimed returns up to limit operations in dispatched,
+// unchanged for olderThan, with no open attempt at their lease epoch still
+// inside its deadline plus grace: stranded whatever their attempts say.
+// It scans operations; the maintenance leader calls it rarely.
+func (r reads) OperationsDispatchedUnclaimed(ctx context.Context, olderThan, grace time.Duration, limit int) ([]*op.Operation, error) {
+	rows, err := r.q.OperationListDispatchedUnclaimed(ctx, dbsqlc.OperationListDispatchedUnclaimedParams{
+		OlderThanSeconds: olderThan.Seconds(), GraceSeconds: grace.Seconds(), MaxRows: int32(limit), Now: r.now(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list stranded operations: %w", translate(err))
+	}
+	return toOperations(rows), nil
+}
+
 // OperationsUnattended returns up to limit operations in pending_dispatch,
-// unknown_outcome or acknowledged, unchanged since before cutoff, with no
-// unsent outbox row: the command that should move them was lost after it
-// was published. Oldest first.
-func (r reads) OperationsUnattended(ctx context.Context, cutoff time.Time, limit int) ([]*op.Operation, error) {
-	rows, err := r.q.OperationListUnattended(ctx, dbsqlc.OperationListUnattendedParams{OlderThan: cutoff, MaxRows: int32(limit)})
+// unknown_outcome or acknowledged, unchanged for olderThan on the database's
+// clock, with no unsent outbox row: the command that should move them was
+// lost after it was published. Oldest first.
+func (r reads) OperationsUnattended(ctx context.Context, olderThan time.Duration, limit int) ([]*op.Operation, error) {
+	rows, err := r.q.OperationListUnattended(ctx, dbsqlc.OperationListUnattendedParams{
+		OlderThanSeconds: olderThan.Seconds(), MaxRows: int32(limit), Now: r.now(),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list unattended operations: %w", translate(err))
 	}
+	return toOperations(rows), nil
+}
+
+func toOperations(rows []dbsqlc.Operation) []*op.Operation {
 	out := make([]*op.Operation, len(rows))
 	for i, row := range rows {
 		out[i] = toOperation(row)
 	}
-	return out, nil
+	return out
+}
+
+// DBNow returns the database's clock (or the injected one), against which
+// every deadline is measured.
+func (r reads) DBNow(ctx context.Context) (time.Time, error) {
+	t, err := r.q.DBNow(ctx, r.now())
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the database clock: %w", translate(err))
+	}
+	return t, nil
 }
 
 // Events returns an operation's history in order.

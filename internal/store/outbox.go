@@ -21,8 +21,9 @@ type Message struct {
 	Header      map[string]string
 	Payload     []byte
 	OperationID string
-	// AvailableAt delays publication (retry backoff); zero means now.
-	AvailableAt time.Time
+	// Delay holds the message back (retry backoff): it is due that long after
+	// the database's now() when it commits; zero means at once.
+	Delay time.Duration
 }
 
 // Claimed is an outbox row claimed by a relay.
@@ -41,10 +42,9 @@ func (t *Tx) Enqueue(ctx context.Context, msgs ...Message) error {
 	if err := rows.add(msgs); err != nil {
 		return err
 	}
-	err := t.q.OutboxInsertMany(ctx, dbsqlc.OutboxInsertManyParams{
-		Subjects: rows.subjects, MsgIds: rows.msgIDs, Headers: rows.headers, Payloads: rows.payloads,
-		OperationIds: rows.operationIDs, AvailableAts: rows.availableAts, Now: t.now(),
-	})
+	p := dbsqlc.OutboxInsertManyParams{Now: t.now()}
+	p.Subjects, p.MsgIds, p.Headers, p.Payloads, p.OperationIds, p.Delays = rows.columns()
+	err := t.q.OutboxInsertMany(ctx, p)
 	if err != nil {
 		return fmt.Errorf("outbox: insert %d messages: %w", len(msgs), translate(err))
 	}
@@ -56,8 +56,12 @@ func (t *Tx) Enqueue(ctx context.Context, msgs ...Message) error {
 type outboxRows struct {
 	subjects, msgIDs, operationIDs []string
 	headers, payloads              [][]byte
-	// availableAts of the zero time mean "now" to the statements.
-	availableAts []time.Time
+	delays                         []float64 // seconds
+}
+
+// columns returns the arrays the statements unnest, never nil.
+func (r *outboxRows) columns() (subjects, msgIDs []string, headers, payloads [][]byte, operationIDs []string, delays []float64) {
+	return nonNil(r.subjects), nonNil(r.msgIDs), nonNil(r.headers), nonNil(r.payloads), nonNil(r.operationIDs), nonNil(r.delays)
 }
 
 func (r *outboxRows) add(msgs []Message) error {
@@ -77,7 +81,7 @@ func (r *outboxRows) add(msgs []Message) error {
 		r.headers = append(r.headers, hdr)
 		r.payloads = append(r.payloads, m.Payload)
 		r.operationIDs = append(r.operationIDs, m.OperationID)
-		r.availableAts = append(r.availableAts, m.AvailableAt.UTC())
+		r.delays = append(r.delays, max(m.Delay, 0).Seconds())
 	}
 	return nil
 }
@@ -87,7 +91,7 @@ func (r *outboxRows) add(msgs []Message) error {
 // that dies only delays its rows until the lease ends.
 func (s *Store) OutboxClaim(ctx context.Context, relay string, max int, lease time.Duration) ([]Claimed, error) {
 	rows, err := s.q.OutboxClaimBatch(ctx, dbsqlc.OutboxClaimBatchParams{
-		ClaimedBy: relay, LeaseSeconds: lease.Seconds(), MaxRows: int32(max), Now: s.nowPtr(),
+		ClaimedBy: relay, LeaseSeconds: lease.Seconds(), MaxRows: int32(max), Now: s.now(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox claim: %w", translate(err))
@@ -110,25 +114,77 @@ func (s *Store) OutboxClaim(ctx context.Context, relay string, max int, lease ti
 	return out, nil
 }
 
-// OutboxMarkSent marks rows published; it returns how many were still unsent.
-func (s *Store) OutboxMarkSent(ctx context.Context, ids []int64) (int64, error) {
-	n, err := s.q.OutboxMarkSent(ctx, dbsqlc.OutboxMarkSentParams{Ids: ids, Now: s.nowPtr()})
+// OutboxMarkSent marks rows that relay claimed as published; it returns how
+// many it marked (rows another relay claimed since are not).
+func (s *Store) OutboxMarkSent(ctx context.Context, relay string, ids []int64) (int64, error) {
+	n, err := s.q.OutboxMarkSent(ctx, dbsqlc.OutboxMarkSentParams{Ids: ids, ClaimedBy: relay, Now: s.now()})
 	if err != nil {
 		return 0, fmt.Errorf("outbox mark sent: %w", translate(err))
 	}
 	return n, nil
 }
 
-// OutboxRelease gives claimed rows back after a failed publish; they are due
-// again after delay.
-func (s *Store) OutboxRelease(ctx context.Context, ids []int64, delay time.Duration, reason string) error {
+// Release says why claimed rows go back unpublished.
+type Release struct {
+	Relay string
+	IDs   []int64
+	// Delay before they are due again.
+	Delay  time.Duration
+	Reason string
+	// MessageFault counts the failure against the rows themselves (the
+	// server refused these messages); at MaxFailures such failures a row is
+	// parked. A transport failure (NATS unreachable) is not the message's
+	// fault and is not counted.
+	MessageFault bool
+	MaxFailures  int
+}
+
+// OutboxRelease gives claimed rows back after a failed publish.
+func (s *Store) OutboxRelease(ctx context.Context, r Release) error {
 	_, err := s.q.OutboxRelease(ctx, dbsqlc.OutboxReleaseParams{
-		Ids: ids, DelaySeconds: delay.Seconds(), LastError: reason, Now: s.nowPtr(),
+		Ids: r.IDs, ClaimedBy: r.Relay, DelaySeconds: r.Delay.Seconds(), LastError: r.Reason,
+		CountFailure: r.MessageFault, MaxFailures: int32(max(r.MaxFailures, 1)), Now: s.now(),
 	})
 	if err != nil {
 		return fmt.Errorf("outbox release: %w", translate(err))
 	}
 	return nil
+}
+
+// ParkedMessage is an outbox row that could not be published.
+type ParkedMessage struct {
+	ID          int64
+	Subject     string
+	MsgID       string
+	OperationID string
+	Failures    int
+	LastError   string
+	ParkedAt    time.Time
+}
+
+// OutboxParked returns up to limit parked rows, oldest first, and how many
+// there are in all.
+func (r reads) OutboxParked(ctx context.Context, limit int) ([]ParkedMessage, int64, error) {
+	n, err := r.q.OutboxCountParked(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("outbox count parked: %w", translate(err))
+	}
+	rows, err := r.q.OutboxListParked(ctx, int32(limit))
+	if err != nil {
+		return nil, 0, fmt.Errorf("outbox list parked: %w", translate(err))
+	}
+	out := make([]ParkedMessage, len(rows))
+	for i, row := range rows {
+		out[i] = ParkedMessage{ID: row.ID, Subject: row.Subject, MsgID: row.MsgID, Failures: int(row.PublishFailures),
+			LastError: row.LastError}
+		if row.OperationID != nil {
+			out[i].OperationID = *row.OperationID
+		}
+		if row.ParkedAt != nil {
+			out[i].ParkedAt = *row.ParkedAt
+		}
+	}
+	return out, n, nil
 }
 
 // OutboxUnsent counts rows not yet published.

@@ -2,7 +2,7 @@
 // event history, attempts, the inbox and the transactional outbox.
 //
 // It is the only package that imports the sqlc-generated code in db/dbsqlc;
-// pgx; its API speaks the domain types of package op, so neither driver nor
+// its API speaks the domain types of package op, so neither driver nor
 // generated types leak out. Every multi-step write runs in one transaction
 // (Store.InTx); methods on *Tx compose inside it.
 package store
@@ -27,15 +27,24 @@ import (
 type Store struct {
 	reads
 	pool *pgxpool.Pool
-	// clock, when set, replaces the database's now() in every write (tests).
-	clock func() time.Time
 	// onOutbox is called after a transaction that wrote outbox rows commits.
 	onOutbox func()
 }
 
-// reads holds the lookups that work the same on the pool and in a transaction.
+// reads holds what works the same on the pool and in a transaction.
 type reads struct {
 	q *dbsqlc.Queries
+	// clock, when set, replaces the database's now() everywhere (tests).
+	clock func() time.Time
+}
+
+// now returns the injected time, or nil to let the database use now().
+func (r reads) now() *time.Time {
+	if r.clock == nil {
+		return nil
+	}
+	n := r.clock().UTC()
+	return &n
 }
 
 // Options configure Open.
@@ -66,7 +75,7 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 		pool.Close()
 		return nil, fmt.Errorf("store: ping: %w", err)
 	}
-	return &Store{reads: reads{q: dbsqlc.New(pool)}, pool: pool, clock: opts.Clock, onOutbox: opts.OnOutbox}, nil
+	return &Store{reads: reads{q: dbsqlc.New(pool), clock: opts.Clock}, pool: pool, onOutbox: opts.OnOutbox}, nil
 }
 
 // Close releases every connection.
@@ -87,8 +96,7 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 // one Tx commits or rolls back together.
 type Tx struct {
 	reads
-	tx    pgx.Tx
-	clock func() time.Time
+	tx pgx.Tx
 	// wroteOutbox records that the transaction added outbox rows.
 	wroteOutbox bool
 }
@@ -119,7 +127,7 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(*Tx) error) error {
 		return translate(fmt.Errorf("begin: %w", err))
 	}
 	defer ptx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	tx := &Tx{reads: reads{q: dbsqlc.New(ptx)}, tx: ptx, clock: s.clock}
+	tx := &Tx{reads: reads{q: dbsqlc.New(ptx), clock: s.clock}, tx: ptx}
 	if err := fn(tx); err != nil {
 		return translate(err)
 	}
@@ -130,19 +138,6 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(*Tx) error) error {
 		s.onOutbox()
 	}
 	return nil
-}
-
-// now returns the injected time, or nil to let the database use now().
-func (t *Tx) now() *time.Time { return clockNow(t.clock) }
-
-func (s *Store) nowPtr() *time.Time { return clockNow(s.clock) }
-
-func clockNow(clock func() time.Time) *time.Time {
-	if clock == nil {
-		return nil
-	}
-	n := clock().UTC()
-	return &n
 }
 
 // SQLSTATE codes translated once, here, by code and never by message text.
@@ -191,15 +186,4 @@ func (s *Store) Submit(ctx context.Context, sub Submission) (*SubmitResult, erro
 		return err
 	})
 	return res, err
-}
-
-// Transition runs Tx.Transition in its own transaction.
-func (s *Store) Transition(ctx context.Context, c Change) (*op.Operation, error) {
-	var o *op.Operation
-	err := s.InTx(ctx, func(tx *Tx) error {
-		var err error
-		o, err = tx.Transition(ctx, c)
-		return err
-	})
-	return o, err
 }

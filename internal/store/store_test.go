@@ -178,30 +178,30 @@ func TestTransitionIsConditional(t *testing.T) {
 	o := res.Operation
 
 	// Illegal by the state machine: nothing is written.
-	_, err = b.store.Transition(b.ctx, store.Change{OperationID: o.ID, From: op.StatePendingDispatch, Event: op.EventSucceed})
+	_, err = b.store.Transition(b.ctx, store.Change{OperationID: o.ID, From: op.StatePendingDispatch, Events: []op.Event{op.EventSucceed}})
 	var te *op.TransitionError
 	require.ErrorAs(t, err, &te)
 
 	// Wrong expected state: stale.
-	_, err = b.store.Transition(b.ctx, store.Change{OperationID: o.ID, From: op.StateDispatched, Event: op.EventSucceed})
+	_, err = b.store.Transition(b.ctx, store.Change{OperationID: o.ID, From: op.StateDispatched, Events: []op.Event{op.EventSucceed}})
 	var se *op.StaleError
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, op.StatePendingDispatch, se.GotState)
 
 	// Wrong epoch: stale.
-	_, err = b.store.Transition(b.ctx, store.Change{OperationID: o.ID, From: op.StatePendingDispatch, LeaseEpoch: 7, Event: op.EventDispatch})
+	_, err = b.store.Transition(b.ctx, store.Change{OperationID: o.ID, From: op.StatePendingDispatch, LeaseEpoch: 7, Events: []op.Event{op.EventDispatch}})
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, int64(0), se.GotEpoch)
 
 	// Unknown operation.
-	_, err = b.store.Transition(b.ctx, store.Change{OperationID: "op_missing", From: op.StatePendingDispatch, Event: op.EventDispatch})
+	_, err = b.store.Transition(b.ctx, store.Change{OperationID: "op_missing", From: op.StatePendingDispatch, Events: []op.Event{op.EventDispatch}})
 	require.ErrorIs(t, err, op.ErrNotFound)
 
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM operation_events WHERE operation_id = $1`, o.ID))
 
 	require.Equal(t, int64(2), o.Version, "create + enqueue")
 	// Claim: epoch 0 → 1, attempt 1.
-	claimed, att, err := b.store.BeginAttempt(b.ctx, o.ID, 0, "w1")
+	claimed, att, err := b.store.BeginAttempt(b.ctx, o.ID, 0, "w1", time.Second)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), claimed.Version)
 	require.Equal(t, op.StateDispatched, claimed.State)
@@ -209,17 +209,17 @@ func TestTransitionIsConditional(t *testing.T) {
 	require.Equal(t, 1, att.Number)
 
 	// A late writer at the old epoch changes nothing.
-	_, err = b.store.Transition(b.ctx, store.Change{OperationID: o.ID, From: op.StateDispatched, LeaseEpoch: 0, Event: op.EventSucceed})
+	_, err = b.store.Transition(b.ctx, store.Change{OperationID: o.ID, From: op.StateDispatched, LeaseEpoch: 0, Events: []op.Event{op.EventSucceed}})
 	require.ErrorAs(t, err, &se)
 	done, err := b.store.Transition(b.ctx, store.Change{OperationID: o.ID, From: op.StateDispatched, LeaseEpoch: 1,
-		Event: op.EventSucceed, ExternalObjectID: "ch_1", ExternalRequestID: "req_1", AttemptID: att.ID, Detail: map[string]int{"http_status": 200}})
+		Events: []op.Event{op.EventSucceed}, ExternalObjectID: "ch_1", ExternalRequestID: "req_1", AttemptID: att.ID, Detail: map[string]int{"http_status": 200}})
 	require.NoError(t, err)
 	require.Equal(t, op.StateCompletedSuccess, done.State)
 	require.Equal(t, "ch_1", done.ExternalObjectID)
 	require.Equal(t, int64(4), done.Version, "one more per change; refused writes count nothing")
 
 	// A duplicate of the same write is stale too.
-	_, err = b.store.Transition(b.ctx, store.Change{OperationID: o.ID, From: op.StateDispatched, LeaseEpoch: 1, Event: op.EventSucceed})
+	_, err = b.store.Transition(b.ctx, store.Change{OperationID: o.ID, From: op.StateDispatched, LeaseEpoch: 1, Events: []op.Event{op.EventSucceed}})
 	require.ErrorAs(t, err, &se)
 
 	evs, err := b.store.Events(b.ctx, o.ID)
@@ -246,7 +246,7 @@ func TestBeginAttemptOnlyOneWinner(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, err := b.store.BeginAttempt(b.ctx, res.Operation.ID, 0, fmt.Sprintf("w%d", i))
+			_, _, err := b.store.BeginAttempt(b.ctx, res.Operation.ID, 0, fmt.Sprintf("w%d", i), time.Second)
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {
@@ -316,7 +316,7 @@ func TestOutboxClaimsAreDisjointAndLeased(t *testing.T) {
 	for i, c := range a {
 		ids[i] = c.ID
 	}
-	n, err := st.OutboxMarkSent(ctx, ids)
+	n, err := st.OutboxMarkSent(ctx, "relay-a", ids)
 	require.NoError(t, err)
 	require.Equal(t, int64(6), n)
 	mu.Lock()
@@ -347,7 +347,7 @@ func TestOutboxDoesNotSkipLateCommits(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, first, 1)
 	require.Equal(t, "early", first[0].Message.MsgID)
-	_, err = b.store.OutboxMarkSent(b.ctx, []int64{first[0].ID})
+	_, err = b.store.OutboxMarkSent(b.ctx, "r", []int64{first[0].ID})
 	require.NoError(t, err)
 	require.NoError(t, txA.Commit(b.ctx))
 	second, err := b.store.OutboxClaim(b.ctx, "r", 10, time.Minute)

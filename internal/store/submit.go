@@ -10,6 +10,9 @@ import (
 	"github.com/opledger/opledger/pkg/op"
 )
 
+// MaxRejectedPayload is how much of a rejected message the inbox keeps.
+const MaxRejectedPayload = 1024
+
 // Submission is one inbound event and, when it is valid, the operation it asks for.
 type Submission struct {
 	// Source and EventID identify the inbound message: e.g. "intents" and the
@@ -17,7 +20,9 @@ type Submission struct {
 	// the vendor's webhook id.
 	Source  string
 	EventID string
-	// Payload is the raw message, kept in the inbox as received.
+	// Payload is the raw message. The inbox keeps its SHA-256 (a reused
+	// event id with other bytes is a conflict) and, for a rejected event
+	// only, its first MaxRejectedPayload bytes, for a person to read.
 	Payload    []byte
 	WorkflowID string
 	// RejectReason, when set, records the event as rejected (malformed,
@@ -76,8 +81,12 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 	if s.RejectReason != "" {
 		decision, reason = op.DecisionRejected, s.RejectReason
 	}
+	var kept []byte
+	if decision == op.DecisionRejected {
+		kept = s.Payload[:min(len(s.Payload), MaxRejectedPayload)]
+	}
 	_, err := t.q.InboxInsert(ctx, dbsqlc.InboxInsertParams{
-		Source: s.Source, EventID: s.EventID, Payload: s.Payload, PayloadHash: payloadHash,
+		Source: s.Source, EventID: s.EventID, Payload: nonNil(kept), PayloadHash: payloadHash,
 		WorkflowID: s.WorkflowID, Decision: string(decision), Reason: reason, Now: t.now(),
 	})
 	if err = translate(err); err != nil {
@@ -155,8 +164,7 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 			return nil, err
 		}
 	}
-	p.Subjects, p.MsgIds, p.Headers, p.Payloads, p.OperationIds, p.AvailableAts =
-		nonNil(rows.subjects), nonNil(rows.msgIDs), nonNil(rows.headers), nonNil(rows.payloads), nonNil(rows.operationIDs), nonNil(rows.availableAts)
+	p.Subjects, p.MsgIds, p.Headers, p.Payloads, p.OperationIds, p.Delays = rows.columns()
 	if err := t.q.OperationCreated(ctx, p); err != nil {
 		return nil, fmt.Errorf("submit %s/%s: record decision: %w", s.Source, s.EventID, translate(err))
 	}
@@ -202,11 +210,14 @@ func (t *Tx) duplicateEvent(ctx context.Context, s Submission, payloadHash strin
 // InboxEntry is what the inbox knows of one inbound event.
 type InboxEntry struct {
 	Source, EventID string
-	Payload         []byte
-	Decision        op.Decision
-	Reason          string
-	OperationID     string
-	DuplicateCount  int
+	// Payload is empty for accepted events, and at most MaxRejectedPayload
+	// bytes of a rejected one.
+	Payload        []byte
+	PayloadHash    string
+	Decision       op.Decision
+	Reason         string
+	OperationID    string
+	DuplicateCount int
 }
 
 // InboxEntry returns the inbox row of (source, eventID). Errors: op.ErrNotFound.
@@ -215,7 +226,7 @@ func (r reads) InboxEntry(ctx context.Context, source, eventID string) (*InboxEn
 	if err != nil {
 		return nil, fmt.Errorf("inbox %s/%s: %w", source, eventID, translate(err))
 	}
-	e := &InboxEntry{Source: in.Source, EventID: in.EventID, Payload: in.Payload, Decision: op.Decision(in.Decision),
+	e := &InboxEntry{Source: in.Source, EventID: in.EventID, Payload: in.Payload, PayloadHash: in.PayloadHash, Decision: op.Decision(in.Decision),
 		Reason: in.Reason, DuplicateCount: int(in.DuplicateCount)}
 	if in.OperationID != nil {
 		e.OperationID = *in.OperationID

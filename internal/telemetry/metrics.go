@@ -17,6 +17,10 @@ type Metrics struct {
 	redelivered *prometheus.CounterVec
 	reconciled  *prometheus.CounterVec
 	redriven    *prometheus.CounterVec
+	maintained  *prometheus.CounterVec
+	capped      *prometheus.CounterVec
+	parked      prometheus.Gauge
+	leader      prometheus.Gauge
 }
 
 // NewMetrics registers the metrics with reg.
@@ -47,7 +51,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "opledger_commands_redriven_total", Help: "Commands written again because an operation waited too long with none in the outbox (a command lost after publish).",
 		}, []string{"kind", "tool"}),
 	}
-	reg.MustRegister(m.intents, m.intentLat, m.attempts, m.dispatchLat, m.transitions, m.redelivered, m.reconciled, m.redriven)
+	m.maintained = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "opledger_maintenance_rows_total", Help: "Rows the maintenance leader acted on, by task (sweep, strand, redrive, retention_outbox, retention_inbox).",
+	}, []string{"task"})
+	m.capped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "opledger_maintenance_capped_total", Help: "Maintenance passes that stopped at their batch cap with more rows waiting, by task.",
+	}, []string{"task"})
+	m.parked = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "opledger_outbox_parked", Help: "Outbox rows parked after repeated refusals by NATS; each needs a person.",
+	})
+	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "opledger_maintenance_leader", Help: "1 while this process leads maintenance (sweeper, re-drive, retention).",
+	})
+	reg.MustRegister(m.intents, m.intentLat, m.attempts, m.dispatchLat, m.transitions, m.redelivered, m.reconciled, m.redriven,
+		m.maintained, m.capped, m.parked, m.leader)
 	return m
 }
 
@@ -99,4 +116,40 @@ func (m *Metrics) Redriven(kind, tool string) {
 		return
 	}
 	m.redriven.WithLabelValues(kind, tool).Inc()
+}
+
+// Maintained counts rows a maintenance task acted on.
+func (m *Metrics) Maintained(task string, n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.maintained.WithLabelValues(task).Add(float64(n))
+}
+
+// Capped counts a maintenance pass that hit its batch cap.
+func (m *Metrics) Capped(task string) {
+	if m == nil {
+		return
+	}
+	m.capped.WithLabelValues(task).Inc()
+}
+
+// Parked sets the number of parked outbox rows.
+func (m *Metrics) Parked(n int64) {
+	if m == nil {
+		return
+	}
+	m.parked.Set(float64(n))
+}
+
+// Leader records whether this process leads maintenance.
+func (m *Metrics) Leader(leading bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if leading {
+		v = 1
+	}
+	m.leader.Set(v)
 }

@@ -19,6 +19,10 @@ const (
 	// DecisionRejected: the event was invalid (malformed, unknown tool, args
 	// failing the schema, policy denial). Recorded, nothing created.
 	DecisionRejected Decision = "rejected"
+	// DecisionReopened: a new event for the key of an operation that failed
+	// without any effect (every attempt confirmed not applied): the
+	// operation runs again under the same key, as a new attempt generation.
+	DecisionReopened Decision = "reopened"
 )
 
 // Outcome is an adapter's classification of one dispatch attempt.
@@ -67,7 +71,34 @@ const (
 	RecommendChangeArguments      RetryRecommendation = "change_arguments"       // permanent: only different args (a new operation) can help
 	RecommendAwaitApproval        RetryRecommendation = "await_approval"         // a human must approve first
 	RecommendEscalated            RetryRecommendation = "escalated"              // a human owns it
+	// RecommendRetryLater: nothing was done (the vendor could not be reached
+	// or refused to act for now); the same request, sent again later, runs
+	// the operation again under the same key (DecisionReopened).
+	RecommendRetryLater RetryRecommendation = "retry_later"
 )
+
+// Error categories the ledger itself records on operations (adapters add
+// their own: timeout, connection, rate_limited, ...).
+const (
+	// CategoryRetriesExhausted: every attempt was confirmed not applied and
+	// the retry budget (attempts or elapsed time) ran out. Nothing was done.
+	CategoryRetriesExhausted = "retries_exhausted"
+)
+
+// Reopenable reports whether a new intent for o's key may run o again: it
+// failed, and every attempt was confirmed not applied.
+func (o *Operation) Reopenable() bool {
+	return o.State == StateFailedPermanent && o.LastErrorCategory == CategoryRetriesExhausted
+}
+
+// Advise is Recommend for an operation: it also knows when a failure did
+// nothing and may be tried again later.
+func Advise(o *Operation) (RetryRecommendation, string) {
+	if o.Reopenable() {
+		return RecommendRetryLater, "Nothing was done: the request could not be completed right now. It can be sent again later."
+	}
+	return Recommend(o.State)
+}
 
 // Recommend returns the retry recommendation and a message safe to show a user
 // for an operation in state s. The message never claims success or failure

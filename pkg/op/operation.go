@@ -25,6 +25,13 @@ type Operation struct {
 	// describing it (results reach agents out of order) can be ordered.
 	Version      int64 `json:"version"`
 	AttemptCount int   `json:"attempt_count"`
+	// Generation counts the operation's runs: 1, then +1 each time a new
+	// intent reopens it after a failure that did nothing. Its retry budget
+	// counts attempts from GenerationAttemptBase and time from
+	// GenerationStartedAt (CreatedAt for the first).
+	Generation            int       `json:"generation"`
+	GenerationStartedAt   time.Time `json:"generation_started_at"`
+	GenerationAttemptBase int       `json:"-"`
 	// LeaseEpoch increases each time a worker claims the operation; a write
 	// carrying an older epoch changes nothing.
 	LeaseEpoch int64 `json:"lease_epoch"`
@@ -45,12 +52,15 @@ type Operation struct {
 
 // Attempt is one dispatch try of an operation.
 type Attempt struct {
-	ID                string    `json:"attempt_id"`
-	OperationID       string    `json:"operation_id"`
-	Number            int       `json:"number"`
-	LeaseEpoch        int64     `json:"lease_epoch"`
-	Worker            string    `json:"worker,omitempty"`
-	StartedAt         time.Time `json:"started_at"`
+	ID          string    `json:"attempt_id"`
+	OperationID string    `json:"operation_id"`
+	Number      int       `json:"number"`
+	LeaseEpoch  int64     `json:"lease_epoch"`
+	Worker      string    `json:"worker,omitempty"`
+	StartedAt   time.Time `json:"started_at"`
+	// DeadlineAt is when the attempt must have ended, on the database's clock
+	// (started_at plus the tool's timeout); the sweeper fences it off after.
+	DeadlineAt        time.Time `json:"deadline_at"`
 	FinishedAt        time.Time `json:"finished_at,omitzero"`
 	Outcome           Outcome   `json:"outcome,omitempty"`
 	ErrorCategory     string    `json:"error_category,omitempty"`

@@ -59,7 +59,8 @@ func (s State) Valid() bool {
 }
 
 // Terminal reports whether no further event can move s, other than an
-// operator-initiated compensation of a completed or failed operation.
+// operator-initiated compensation of a completed or failed operation, or
+// the reopening of a failure that did nothing.
 func (s State) Terminal() bool {
 	switch s {
 	case StateRejected, StateCompletedSuccess, StateCompletedNoop,
@@ -105,6 +106,9 @@ const (
 	EventCompensated      Event = "compensated"       // compensating → compensated
 	EventCompensationFail Event = "compensation_fail" // compensating → escalated
 	EventCancel           Event = "cancel"            // planned|awaiting_approval|pending_dispatch|failed_retryable → cancelled
+	// EventReopen runs a failed operation again under the same key: only
+	// when every attempt was confirmed not applied (see Operation.Reopenable).
+	EventReopen Event = "reopen" // failed_permanent → pending_dispatch
 )
 
 // Events lists every event.
@@ -112,7 +116,7 @@ var Events = []Event{
 	EventCreate, EventRequireApproval, EventEnqueue, EventApprove, EventReject, EventDispatch,
 	EventAcknowledge, EventSucceed, EventNoop, EventFailRetryable, EventFailPermanent,
 	EventOutcomeUnknown, EventRetry, EventEscalate, EventCompensate, EventCompensated,
-	EventCompensationFail, EventCancel,
+	EventCompensationFail, EventCancel, EventReopen,
 }
 
 // transitions is the whole state machine: for each event, the states it may
@@ -138,6 +142,7 @@ var transitions = map[Event]struct {
 	EventCompensated:      {[]State{StateCompensating}, StateCompensated},
 	EventCompensationFail: {[]State{StateCompensating}, StateEscalated},
 	EventCancel:           {[]State{StatePlanned, StateAwaitingApproval, StatePendingDispatch, StateFailedRetryable}, StateCancelled},
+	EventReopen:           {[]State{StateFailedPermanent}, StatePendingDispatch},
 }
 
 // Transition returns the state that event ev leads to from state from. It is a

@@ -56,6 +56,7 @@ var legal = map[op.State]map[op.Event]op.State{
 	op.StateFailedPermanent: {
 		op.EventEscalate:   op.StateEscalated,
 		op.EventCompensate: op.StateCompensating,
+		op.EventReopen:     op.StatePendingDispatch,
 	},
 	op.StateUnknownOutcome: {
 		op.EventSucceed:       op.StateCompletedSuccess,
@@ -137,7 +138,7 @@ func TestTerminalStatesAcceptOnlyCompensation(t *testing.T) {
 			continue
 		}
 		for _, ev := range op.Events {
-			if _, err := op.Transition(s, ev); err == nil && ev != op.EventCompensate && ev != op.EventEscalate {
+			if _, err := op.Transition(s, ev); err == nil && ev != op.EventCompensate && ev != op.EventEscalate && ev != op.EventReopen {
 				t.Errorf("terminal state %s accepts %s", s, ev)
 			}
 		}

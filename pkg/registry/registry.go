@@ -69,6 +69,10 @@ type RetryPolicy struct {
 	MaxBackoff     time.Duration
 	// Jitter is the random fraction (0..1) applied to each backoff.
 	Jitter float64
+	// MaxElapsed also bounds the budget: no retry starts once this long has
+	// passed since the operation (or its reopened generation) began; 0 is
+	// no bound besides MaxAttempts.
+	MaxElapsed time.Duration
 }
 
 // LeasePolicy says whether an operation must hold its entity's lease while in flight.

@@ -192,7 +192,7 @@ func TestSubjects(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "opledger.intents.wf_1", wire.IntentSubject("wf_1"))
 	require.Equal(t, "opledger.results.wf_1", wire.ResultSubject("wf_1"))
-	require.Equal(t, "opledger.ops.unknown.send_email", wire.OpsSubject(wire.KindUnknown, "send_email"))
+	require.Equal(t, "opledger.ops.unknown.send_email.op_1", wire.OpsSubject(wire.KindUnknown, "send_email", "op_1"))
 	require.Equal(t, "Nats-Msg-Id", wire.HeaderMsgID)
 	require.Equal(t, "traceparent", wire.HeaderTraceparent)
 }

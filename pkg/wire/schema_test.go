@@ -215,9 +215,9 @@ func TestSchemaEnumsMatchGoConstants(t *testing.T) {
 
 	require.Equal(t, sorted(op.States), enumOf(t, result.Defs["state"]), "result $defs/state vs op.States")
 	require.Equal(t, sorted([]op.Decision{op.DecisionNew, op.DecisionDuplicateEvent, op.DecisionDuplicateOperation,
-		op.DecisionConflict, op.DecisionRejected}), enumOf(t, result.Properties["dedupe_decision"]))
+		op.DecisionConflict, op.DecisionRejected, op.DecisionReopened}), enumOf(t, result.Properties["dedupe_decision"]))
 	require.Equal(t, sorted([]op.RetryRecommendation{op.RecommendNone, op.RecommendWait, op.RecommendReconcileBeforeRetry,
-		op.RecommendRetrySameKey, op.RecommendChangeArguments, op.RecommendAwaitApproval, op.RecommendEscalated}),
+		op.RecommendRetrySameKey, op.RecommendChangeArguments, op.RecommendAwaitApproval, op.RecommendEscalated, op.RecommendRetryLater}),
 		enumOf(t, result.Properties["retry_recommendation"]))
 	require.Equal(t, sorted([]string{wire.KindDispatch, wire.KindUnknown, wire.KindFailed, wire.KindCompleted}),
 		enumOf(t, command.Properties["kind"]))
@@ -311,7 +311,7 @@ func TestCommandOfEveryKindValidates(t *testing.T) {
 				})
 			}
 		}
-		require.Equal(t, "opledger.ops."+kind+".capture_payment", wire.OpsSubject(kind, "capture_payment"))
+		require.Equal(t, "opledger.ops."+kind+".capture_payment.op_1", wire.OpsSubject(kind, "capture_payment", "op_1"))
 	}
 }
 

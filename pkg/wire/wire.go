@@ -26,7 +26,7 @@ const (
 // Subjects and streams.
 const (
 	StreamIntents = "INTENTS" // opledger.intents.<workflow_id>
-	StreamOps     = "OPS"     // opledger.ops.<kind>.<tool>
+	StreamOps     = "OPS"     // opledger.ops.<kind>.<tool>.<operation_id>
 	StreamResults = "RESULTS" // opledger.results.<workflow_id>
 
 	IntentSubjectPrefix = "opledger.intents."
@@ -53,8 +53,14 @@ func IntentSubject(workflowID string) string { return IntentSubjectPrefix + work
 // ResultSubject is where results for a workflow are published.
 func ResultSubject(workflowID string) string { return ResultSubjectPrefix + workflowID }
 
-// OpsSubject is where commands of a kind for a tool are published.
-func OpsSubject(kind, tool string) string { return OpsSubjectPrefix + kind + "." + tool }
+// OpsSubject is where a command of a kind for an operation of a tool is
+// published. The OPS stream keeps at most one message per subject.
+func OpsSubject(kind, tool, operationID string) string {
+	return OpsSubjectPrefix + kind + "." + tool + "." + operationID
+}
+
+// OpsFilter matches every command of a kind.
+func OpsFilter(kind string) string { return OpsSubjectPrefix + kind + ".>" }
 
 // Intent is what an agent publishes: the model's proposed tool call.
 type Intent struct {
@@ -138,12 +144,24 @@ func ValidID(s string) bool {
 }
 
 // Clip shortens untrusted text before it goes into an error message or a
-// log line: at most 64 bytes, cut on a rune boundary.
-func Clip(s string) string {
-	if len(s) <= 64 {
+// log line: at most 64 bytes of valid UTF-8 without control characters, cut
+// on a rune boundary.
+func Clip(s string) string { return clip(s, 64) }
+
+// Clip200 is Clip with room for 200 bytes: error texts stored in the ledger.
+func Clip200(s string) string { return clip(s, 200) }
+
+func clip(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+	if len(s) <= n {
 		return s
 	}
-	cut := 64
+	cut := n
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
@@ -208,7 +226,7 @@ type Result struct {
 // ResultFor builds the result describing operation o's current state, as an
 // answer to event eventID with the given dedupe decision.
 func ResultFor(o *op.Operation, eventID string, d op.Decision) Result {
-	rec, msg := op.Recommend(o.State)
+	rec, msg := op.Advise(o)
 	return Result{
 		Spec: SpecResult, OperationID: o.ID, EventID: eventID, WorkflowID: o.WorkflowID, Tool: o.Tool,
 		Status: string(o.State), Version: o.Version, DedupeDecision: d, IdempotencyKey: o.IdempotencyKey,

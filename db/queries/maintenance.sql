@@ -1,0 +1,19 @@
+-- name: LeaderTryLock :one
+-- Session-level advisory lock held by the maintenance leader's connection for
+-- as long as it leads; it is released when that connection ends.
+SELECT pg_try_advisory_lock(@lock_key::bigint) AS locked;
+
+-- name: LeaderUnlock :exec
+SELECT pg_advisory_unlock(@lock_key::bigint);
+
+-- name: LeaderRecord :exec
+-- Records, for people, who leads and that it is alive.
+INSERT INTO maintenance_leader (id, holder, elected_at, heartbeat_at)
+VALUES (1, @holder, now(), now())
+ON CONFLICT (id) DO UPDATE SET
+    holder = EXCLUDED.holder,
+    elected_at = CASE WHEN maintenance_leader.holder = EXCLUDED.holder THEN maintenance_leader.elected_at ELSE now() END,
+    heartbeat_at = now();
+
+-- name: LeaderGet :one
+SELECT * FROM maintenance_leader WHERE id = 1;

@@ -1,0 +1,427 @@
+// Package maintain is the maintenance leader: the background work that keeps
+// every operation moving and the ledger's size flat, run by one elected
+// instance at a time (whoever holds the store's advisory lock, as River
+// elects its queue maintainer) while any number of reconcilers run.
+//
+//   - The sweeper fences off attempts whose dispatcher died or hangs: an
+//     operation in dispatched whose attempt passed its deadline (plus
+//     grace) on the database's clock becomes unknown_outcome at a new lease
+//     epoch, its attempt is marked finished, and the reconciler asks the
+//     vendor.
+//   - The re-drive pass writes the command again for operations waiting on
+//     one that was lost after it was published (a NATS server that lost its
+//     store, a terminated message), and sweeps operations stranded in
+//     dispatched whatever their attempts say. A command's subject names its
+//     operation and the OPS stream keeps one message per subject, so
+//     re-drives never multiply commands. When the OPS stream is found
+//     recreated, every waiting operation is re-driven at once.
+//   - Retention deletes published outbox rows and rejected inbox rows after
+//     their periods, and counts parked outbox rows for the metric.
+//
+// Each task loops until a batch comes back short, up to a cap per pass;
+// a pass that hits the cap is counted and logged, never silent.
+package maintain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/opledger/opledger/internal/followup"
+	"github.com/opledger/opledger/internal/outbox"
+	"github.com/opledger/opledger/internal/store"
+	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/pkg/op"
+	"github.com/opledger/opledger/pkg/registry"
+	"github.com/opledger/opledger/pkg/wire"
+)
+
+// Config tunes maintenance. Zero values take the defaults.
+type Config struct {
+	// Name identifies this instance in maintenance_leader and event rows.
+	Name string
+	// ElectInterval is how often a follower tries to become leader and the
+	// leader shows it is alive (default 2s).
+	ElectInterval time.Duration
+	// SweepInterval is how often the sweeper runs (default 1s).
+	SweepInterval time.Duration
+	// DispatchedGrace is added to an attempt's deadline before it counts as
+	// stuck (default 5s).
+	DispatchedGrace time.Duration
+	// RedriveAfter is how long an operation may wait on a command, on the
+	// database's clock, with nothing in the outbox to move it before its
+	// command is written again (default 2m).
+	RedriveAfter time.Duration
+	// RedriveInterval is how often the re-drive pass runs (default 30s; it
+	// scans operations).
+	RedriveInterval time.Duration
+	// RetentionInterval is how often retention runs (default 1m).
+	RetentionInterval time.Duration
+	// OutboxRetention keeps published outbox rows this long (default 1h).
+	OutboxRetention time.Duration
+	// RejectedRetention keeps rejected inbox rows this long (default 7 days).
+	RejectedRetention time.Duration
+	// Batch is the rows per statement (default 500); MaxBatches caps the
+	// batches of one task per pass (default 20).
+	Batch, MaxBatches int
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.Name == "" {
+		c.Name = "maintainer"
+	}
+	def(&c.ElectInterval, 2*time.Second)
+	def(&c.SweepInterval, time.Second)
+	def(&c.DispatchedGrace, 5*time.Second)
+	def(&c.RedriveAfter, 2*time.Minute)
+	def(&c.RedriveInterval, 30*time.Second)
+	def(&c.RetentionInterval, time.Minute)
+	def(&c.OutboxRetention, time.Hour)
+	def(&c.RejectedRetention, 7*24*time.Hour)
+	if c.Batch <= 0 {
+		c.Batch = 500
+	}
+	if c.MaxBatches <= 0 {
+		c.MaxBatches = 20
+	}
+}
+
+// StreamWatch returns when the OPS stream was created on the NATS server
+// (bus.StreamCreated); nil skips the watch.
+type StreamWatch func(ctx context.Context) (time.Time, error)
+
+// Maintainer runs maintenance while it leads.
+type Maintainer struct {
+	cfg   Config
+	store *store.Store
+	reg   *registry.Registry
+	watch StreamWatch
+	m     *telemetry.Metrics
+	log   zerolog.Logger
+
+	mu       sync.Mutex
+	redriven map[string]time.Time // operation id → when this leader last re-drove it (host clock, local pacing only)
+	created  time.Time            // the OPS stream's creation time last seen
+
+	// Passes, when set, receives the name of each task after each pass
+	// (tests wait on it instead of sleeping).
+	Passes chan<- string
+}
+
+// New returns a maintainer; call Start.
+func New(cfg Config, st *store.Store, reg *registry.Registry, watch StreamWatch, m *telemetry.Metrics, log zerolog.Logger) *Maintainer {
+	cfg.setDefaults()
+	return &Maintainer{cfg: cfg, store: st, reg: reg, watch: watch, m: m, log: log.With().Str("component", "maintenance").Logger(),
+		redriven: map[string]time.Time{}}
+}
+
+// Start campaigns for leadership and, while leading, runs the tasks, until
+// the returned stop is called or ctx ends.
+func (mt *Maintainer) Start(ctx context.Context) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		mt.campaign(ctx)
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+func (mt *Maintainer) campaign(ctx context.Context) {
+	t := time.NewTicker(mt.cfg.ElectInterval)
+	defer t.Stop()
+	for {
+		l, err := mt.store.TryLead(ctx, mt.cfg.Name)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			mt.log.Warn().Err(err).Msg("could not campaign for maintenance leadership")
+		case l != nil:
+			mt.log.Info().Msg("elected maintenance leader")
+			mt.m.Leader(true)
+			mt.lead(ctx, l)
+			mt.m.Leader(false)
+			l.Release()
+			if ctx.Err() == nil {
+				mt.log.Warn().Msg("lost maintenance leadership")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// lead runs the tasks until ctx ends or the lock's connection fails.
+func (mt *Maintainer) lead(ctx context.Context, l *store.Leadership) {
+	elect := time.NewTicker(mt.cfg.ElectInterval)
+	sweep := time.NewTicker(mt.cfg.SweepInterval)
+	redrive := time.NewTicker(mt.cfg.RedriveInterval)
+	retain := time.NewTicker(mt.cfg.RetentionInterval)
+	defer elect.Stop()
+	defer sweep.Stop()
+	defer redrive.Stop()
+	defer retain.Stop()
+	mt.runTask(ctx, "sweep", mt.Sweep)
+	mt.runTask(ctx, "redrive", mt.redriveTask)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-elect.C:
+			hctx, cancel := context.WithTimeout(ctx, mt.cfg.ElectInterval)
+			err := l.Heartbeat(hctx)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					mt.log.Warn().Err(err).Msg("maintenance leader heartbeat failed; stepping down")
+				}
+				return
+			}
+		case <-sweep.C:
+			mt.runTask(ctx, "sweep", mt.Sweep)
+		case <-redrive.C:
+			mt.runTask(ctx, "redrive", mt.redriveTask)
+		case <-retain.C:
+			mt.runTask(ctx, "retention", mt.Retain)
+		}
+	}
+}
+
+func (mt *Maintainer) runTask(ctx context.Context, name string, task func(context.Context) (int, error)) {
+	// A pass has a timeout of its own: a hung statement must not stall the
+	// leader's other tasks forever.
+	tctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := task(tctx); err != nil && ctx.Err() == nil {
+		mt.log.Warn().Err(err).Str("task", name).Msg("maintenance pass failed")
+	}
+	if mt.Passes != nil {
+		select {
+		case mt.Passes <- name:
+		default:
+		}
+	}
+}
+
+// Sweep fences off every operation whose attempt is past its deadline plus
+// grace: dispatched → unknown_outcome at a new lease epoch (a late
+// dispatcher's write is refused), the attempt finished as swept, a
+// reconcile command and a result to the agent, in one statement each. It
+// returns how many it moved.
+func (mt *Maintainer) Sweep(ctx context.Context) (int, error) {
+	moved := 0
+	for range mt.cfg.MaxBatches {
+		stuck, err := mt.store.OperationsStuckDispatched(ctx, mt.cfg.DispatchedGrace, mt.cfg.Batch)
+		if err != nil {
+			return moved, err
+		}
+		for _, s := range stuck {
+			ok, err := mt.fence(ctx, s.Operation, s.AttemptID,
+				fmt.Sprintf("no outcome recorded by the attempt's deadline (%s) plus %s", s.DeadlineAt.UTC().Format(time.RFC3339Nano), mt.cfg.DispatchedGrace))
+			if err != nil {
+				return moved, err
+			}
+			if ok {
+				moved++
+			}
+		}
+		if len(stuck) < mt.cfg.Batch {
+			mt.m.Maintained("sweep", moved)
+			return moved, nil
+		}
+	}
+	mt.m.Maintained("sweep", moved)
+	mt.m.Capped("sweep")
+	mt.log.Warn().Int("moved", moved).Msg("sweeper stopped at its cap with more stuck operations waiting; it goes on at its next pass")
+	return moved, nil
+}
+
+// fence moves one stuck operation to unknown_outcome. It reports whether it
+// did (false: the operation moved on by itself).
+func (mt *Maintainer) fence(ctx context.Context, o *op.Operation, attemptID, why string) (bool, error) {
+	tp := telemetry.FromTraceID(o.TraceID)
+	plan, err := followup.Decide(mt.tool(o), o, followup.Outcome{Event: op.EventOutcomeUnknown, ErrorCategory: "stuck", Error: why,
+		Reason: "no answer was recorded in time; the vendor will be asked before anything is sent again"}, o.OriginEventID, tp)
+	if err != nil {
+		return false, err
+	}
+	c := plan.Change(o, mt.cfg.Name+"/sweeper")
+	c.BumpEpoch, c.Detail = true, map[string]string{"reason": why}
+	if attemptID != "" {
+		c.AttemptID = attemptID
+		c.Finish = &op.Attempt{ID: attemptID, Outcome: op.OutcomeUnknown, ErrorCategory: "swept", Error: why}
+	}
+	_, err = plan.Write(ctx, mt.store, c)
+	var stale *op.StaleError
+	if errors.As(err, &stale) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	mt.log.Warn().Str("operation_id", o.ID).Str("tool", o.Tool).Str("idempotency_key", o.IdempotencyKey).
+		Str("attempt_id", attemptID).Str("state_transition", "dispatched->unknown_outcome").Str("reason", why).Msg("swept stuck operation")
+	return true, nil
+}
+
+// tool returns o's tool, or a stand-in with the default retry policy when
+// this instance's registry lacks it (the sweeper's decisions need no more).
+func (mt *Maintainer) tool(o *op.Operation) *registry.Tool {
+	if t, err := mt.reg.Tool(o.Tool); err == nil {
+		return t
+	}
+	return &registry.Tool{Name: o.Tool, Retry: registry.RetryPolicy{MaxAttempts: 1}}
+}
+
+// redriveTask is the periodic re-drive: it re-drives everything at once
+// when the OPS stream was recreated since the last look.
+func (mt *Maintainer) redriveTask(ctx context.Context) (int, error) {
+	after := mt.cfg.RedriveAfter
+	if mt.watch != nil {
+		created, err := mt.watch(ctx)
+		if err != nil {
+			mt.log.Warn().Err(err).Msg("cannot read the OPS stream; re-driving on schedule only")
+		} else {
+			mt.mu.Lock()
+			recreated := !mt.created.IsZero() && created.After(mt.created)
+			mt.created = created
+			if recreated {
+				clear(mt.redriven)
+			}
+			mt.mu.Unlock()
+			if recreated {
+				mt.log.Warn().Time("created", created).Msg("the OPS stream was recreated (the NATS server lost its store); re-driving every waiting operation")
+				after = 0
+			}
+		}
+	}
+	return mt.Redrive(ctx, after)
+}
+
+// Redrive writes the command again for every operation waiting longer than
+// olderThan (on the database's clock) in pending_dispatch, unknown_outcome or
+// acknowledged with nothing in the outbox to move it, and sweeps operations
+// stranded in dispatched past their attempt's deadline whatever their
+// attempts say. An operation it re-drove is not re-driven again by this
+// leader for RedriveAfter. It returns how many operations it moved.
+func (mt *Maintainer) Redrive(ctx context.Context, olderThan time.Duration) (int, error) {
+	n := 0
+	stranded, err := mt.store.OperationsDispatchedUnclaimed(ctx, max(olderThan, mt.cfg.DispatchedGrace), mt.cfg.DispatchedGrace, mt.cfg.Batch)
+	if err != nil {
+		return 0, err
+	}
+	for _, o := range stranded {
+		ok, err := mt.fence(ctx, o, "", "in dispatched with no live attempt")
+		if err != nil {
+			return n, err
+		}
+		if ok {
+			n++
+		}
+	}
+	mt.m.Maintained("strand", n)
+	now := time.Now()
+	mt.mu.Lock()
+	for id, at := range mt.redriven {
+		if now.Sub(at) >= mt.cfg.RedriveAfter {
+			delete(mt.redriven, id)
+		}
+	}
+	mt.mu.Unlock()
+	redriven := 0
+	for range mt.cfg.MaxBatches {
+		ops, err := mt.store.OperationsUnattended(ctx, olderThan, mt.cfg.Batch)
+		if err != nil {
+			return n + redriven, err
+		}
+		var todo []*op.Operation
+		mt.mu.Lock()
+		for _, o := range ops {
+			if _, done := mt.redriven[o.ID]; !done {
+				todo = append(todo, o)
+			}
+		}
+		mt.mu.Unlock()
+		for _, o := range todo {
+			kind := wire.KindUnknown
+			if o.State == op.StatePendingDispatch {
+				kind = wire.KindDispatch
+			}
+			err := mt.store.InTx(ctx, func(tx *store.Tx) error {
+				return tx.Enqueue(ctx, outbox.Command(kind, o, o.OriginEventID, telemetry.FromTraceID(o.TraceID), 0))
+			})
+			if err != nil {
+				return n + redriven, err
+			}
+			mt.mu.Lock()
+			mt.redriven[o.ID] = now
+			mt.mu.Unlock()
+			redriven++
+			mt.m.Redriven(kind, o.Tool)
+			mt.log.Warn().Str("operation_id", o.ID).Str("tool", o.Tool).Str("idempotency_key", o.IdempotencyKey).
+				Str("state", string(o.State)).Time("updated_at", o.UpdatedAt).Msg("command lost after publish; written again")
+		}
+		if len(ops) < mt.cfg.Batch || len(todo) == 0 {
+			mt.m.Maintained("redrive", redriven)
+			return n + redriven, nil
+		}
+	}
+	mt.m.Maintained("redrive", redriven)
+	mt.m.Capped("redrive")
+	mt.log.Warn().Int("redriven", redriven).Msg("re-drive stopped at its cap with more operations waiting; it goes on at its next pass")
+	return n + redriven, nil
+}
+
+// Retain deletes published outbox rows older than OutboxRetention and
+// rejected inbox rows older than RejectedRetention, and counts parked
+// outbox rows. It returns how many rows it deleted.
+func (mt *Maintainer) Retain(ctx context.Context) (int, error) {
+	total := 0
+	for _, task := range []struct {
+		name string
+		del  func(context.Context, time.Duration, int) (int64, error)
+		keep time.Duration
+	}{
+		{"retention_outbox", mt.store.DeleteSentOutbox, mt.cfg.OutboxRetention},
+		{"retention_inbox", mt.store.DeleteRejectedInbox, mt.cfg.RejectedRetention},
+	} {
+		deleted, capped := 0, true
+		for range mt.cfg.MaxBatches {
+			n, err := task.del(ctx, task.keep, mt.cfg.Batch)
+			if err != nil {
+				return total + deleted, err
+			}
+			deleted += int(n)
+			if int(n) < mt.cfg.Batch {
+				capped = false
+				break
+			}
+		}
+		mt.m.Maintained(task.name, deleted)
+		if capped {
+			mt.m.Capped(task.name)
+			mt.log.Warn().Str("task", task.name).Int("deleted", deleted).Msg("retention stopped at its cap; it goes on at its next pass")
+		}
+		total += deleted
+	}
+	parked, n, err := mt.store.OutboxParked(ctx, 5)
+	if err != nil {
+		return total, err
+	}
+	mt.m.Parked(n)
+	if n > 0 {
+		mt.log.Warn().Int64("parked", n).Str("first_msg_id", parked[0].MsgID).Str("first_error", parked[0].LastError).
+			Msg("outbox rows are parked: NATS refused them repeatedly; a person must look")
+	}
+	return total, nil
+}
