@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/failpoint"
 	"github.com/opledger/opledger/internal/followup"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
@@ -122,6 +123,7 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	log = log.With().Str("attempt_id", att.ID).Int("attempt", att.Number).Str("workflow_id", o.WorkflowID).
 		Str("side_effect_class", string(o.Class)).Str("args_hash", o.ArgsHash).Logger()
 
+	failpoint.Hit(failpoint.DispatchAfterClaim)
 	var res adapter.Result
 	if remaining := time.Until(deadline); remaining < minCallTime {
 		// Too late to call safely: nothing was sent, so this is a failure
@@ -138,6 +140,7 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	}
 	s.m.Attempt(o.Tool, string(o.Class), string(res.Outcome), res.ErrorCategory, res.Latency)
 
+	failpoint.Hit(failpoint.DispatchAfterCall)
 	// Record with a context that outlives shutdown: the vendor already acted.
 	final, err := s.record(context.WithoutCancel(ctx), tool, o, att, res, cmd.EventID, tp, log)
 	if errors.As(err, &stale) {
@@ -164,6 +167,7 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 		Str("error_category", res.ErrorCategory).Int("http_status", res.HTTPStatus).Bool("vendor_replayed", res.Replayed).
 		Str("provider_request_id", wire.Clip(res.ExternalRequestID)).Str("external_object_id", wire.Clip(res.ExternalObjectID)).
 		Dur("latency_ms", res.Latency).Msg("attempt recorded")
+	failpoint.Hit(failpoint.DispatchBeforeAck)
 	return nil
 }
 

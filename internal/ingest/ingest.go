@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/failpoint"
 	"github.com/opledger/opledger/internal/outbox"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
@@ -71,6 +72,9 @@ func (s *Service) Start(ctx context.Context) (stop func(), err error) {
 		Filters: []string{wire.IntentSubjectPrefix + ">"},
 	}, func(ctx context.Context, d bus.Delivery) error {
 		_, err := s.Ingest(ctx, d.Subject, d.Header, d.Data)
+		if err == nil {
+			failpoint.Hit(failpoint.IngestBeforeAck)
+		}
 		if errors.Is(err, op.ErrInvalid) {
 			// The database refused the bytes themselves; redelivering them
 			// would fail forever and hold a slot of the shared consumer.
@@ -120,6 +124,7 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 			// workflow created the operation.
 			ans.Result.WorkflowID = sub.WorkflowID
 		}
+		failpoint.Hit(failpoint.IngestMidTx)
 		return []store.Message{outbox.Result(ans.Result, tp)}
 	}
 	if _, err := s.store.Submit(ctx, sub); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/failpoint"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/pkg/wire"
 )
@@ -130,6 +131,9 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 			transport = append(transport, c.ID)
 			transportErr = cmp.Or(transportErr, err)
 		}
+	}
+	if len(sent) > 0 {
+		failpoint.Hit(failpoint.RelayBeforeMark)
 	}
 	// Marking runs even if ctx ended: the messages are already in JetStream.
 	mctx := context.WithoutCancel(ctx)

@@ -25,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/failpoint"
 	"github.com/opledger/opledger/internal/followup"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
@@ -137,6 +138,7 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	if v.event == "" {
 		return errLookAgain
 	}
+	failpoint.Hit(failpoint.ReconcileBeforeCommit)
 	err = s.write(ctx, tool, o, v, cmd.EventID, tp, log)
 	if err != nil && v.event != op.EventEscalate && (last || errors.Is(err, op.ErrInvalid)) {
 		// A verdict that cannot be written must not be retried forever.
