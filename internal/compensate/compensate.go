@@ -76,9 +76,9 @@ func (s *Service) Start(ctx context.Context) (stop func(), err error) {
 
 // Handle processes one failure command.
 func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
-	var cmd wire.Command
-	if err := json.Unmarshal(d.Data, &cmd); err != nil || cmd.OperationID == "" {
-		return bus.Permanent(fmt.Errorf("compensate: undecodable command on %s", d.Subject))
+	cmd, err := wire.DecodeCommand(d.Data)
+	if err != nil {
+		return bus.Permanent(fmt.Errorf("compensate: undecodable command on %s: %w", wire.Clip(d.Subject), err))
 	}
 	o, err := s.store.Operation(ctx, cmd.OperationID)
 	if errors.Is(err, op.ErrNotFound) {

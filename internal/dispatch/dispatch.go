@@ -13,7 +13,6 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -79,9 +78,9 @@ func (s *Service) Start(ctx context.Context) (stop func(), err error) {
 
 // Handle processes one dispatch command.
 func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
-	var cmd wire.Command
-	if err := json.Unmarshal(d.Data, &cmd); err != nil || cmd.OperationID == "" {
-		return bus.Permanent(fmt.Errorf("dispatch: undecodable command on %s", d.Subject))
+	cmd, err := wire.DecodeCommand(d.Data)
+	if err != nil {
+		return bus.Permanent(fmt.Errorf("dispatch: undecodable command on %s: %w", wire.Clip(d.Subject), err))
 	}
 	tp := telemetry.ParseTraceparent(d.Header[wire.HeaderTraceparent])
 	log := s.log.With().Str("operation_id", cmd.OperationID).Str("tool", cmd.Tool).

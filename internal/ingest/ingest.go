@@ -33,6 +33,10 @@ import (
 // Source is the inbox source of intents received over NATS.
 const Source = "nats:intents"
 
+// garbagePrefix keys the inbox row of an intent without a usable event id
+// by the hash of its bytes.
+const garbagePrefix = "sha256:"
+
 // Config tunes the service.
 type Config struct {
 	// Durable is the JetStream consumer name shared by all instances (default "planner-ingest").
@@ -76,8 +80,8 @@ func (s *Service) Start(ctx context.Context) (stop func(), err error) {
 			failpoint.Hit(failpoint.IngestBeforeAck)
 		}
 		if errors.Is(err, op.ErrInvalid) {
-			// The database refused the bytes themselves; redelivering them
-			// would fail forever and hold a slot of the shared consumer.
+			// Even the rejection could not be stored: redelivering would
+			// fail forever and hold a slot of the shared consumer.
 			sum := sha256.Sum256(d.Data)
 			s.log.Error().Err(err).Str("payload_sha256", hex.EncodeToString(sum[:])).Msg("intent refused by the ledger; dropped")
 			return bus.Permanent(err)
@@ -100,7 +104,36 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 	msgID := header[wire.HeaderMsgID]
 	tp := telemetry.ParseTraceparent(header[wire.HeaderTraceparent])
 	sub, tool, reject := s.plan(subject, msgID, body, tp)
+	ans, err := s.submit(ctx, sub, tool, reject, tp)
+	if errors.Is(err, op.ErrInvalid) && sub.RejectReason == "" {
+		// The ledger refused something in the intent that validation let
+		// through. The agent still gets an answer: the intent is recorded
+		// and answered as rejected.
+		s.log.Warn().Err(err).Str("event_id", sub.EventID).Msg("the ledger refused the intent; rejecting it")
+		sub.Operation, sub.Outbox, sub.Reopen, sub.Initial = nil, nil, nil, ""
+		sub.RejectReason = "the ledger could not store this intent: " + reason(err)
+		ans, err = s.submit(ctx, sub, tool, sub.RejectReason, tp)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ingest %s: %w", wire.Clip(sub.EventID), err)
+	}
+	s.m.Intent(tool, string(ans.Decision), time.Since(start))
+	ev := s.log.Info()
+	if ans.Decision == op.DecisionRejected || ans.Decision == op.DecisionConflict {
+		ev = s.log.Warn().Str("reason", ans.Result.Reason)
+	}
+	if sub.Operation != nil {
+		ev = ev.Str("args_hash", sub.Operation.ArgsHash).Str("side_effect_class", string(sub.Operation.Class))
+	}
+	ev.Str("event_id", wire.Clip(sub.EventID)).Str("workflow_id", sub.WorkflowID).Str("tool", wire.Clip(tool)).
+		Str("operation_id", ans.Result.OperationID).Str("idempotency_key", ans.Result.IdempotencyKey).
+		Str("dedupe_decision", string(ans.Decision)).Str("status", ans.Result.Status).
+		Str("trace_id", tp.TraceID).Dur("latency_ms", time.Since(start)).Msg("intent")
+	return ans, nil
+}
 
+// submit records sub and builds its answer, in one transaction.
+func (s *Service) submit(ctx context.Context, sub store.Submission, tool, reject string, tp telemetry.Traceparent) (*Answer, error) {
 	var ans Answer
 	sub.Answer = func(res *store.SubmitResult) []store.Message {
 		ans.Decision = res.Decision
@@ -125,23 +158,20 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 			ans.Result.WorkflowID = sub.WorkflowID
 		}
 		failpoint.Hit(failpoint.IngestMidTx)
+		if res.Decision == op.DecisionDuplicateEvent && res.FirstDecision == op.DecisionRejected && strings.HasPrefix(sub.EventID, garbagePrefix) {
+			// The same unreadable bytes again: they were answered once, and
+			// answering every copy would let garbage multiply outbox rows.
+			return nil
+		}
+		if ans.Result.WorkflowID == "" {
+			// No workflow to answer on: the protocol's fixed subject.
+			return []store.Message{outbox.ResultOn(wire.UnroutableSubject, ans.Result, tp)}
+		}
 		return []store.Message{outbox.Result(ans.Result, tp)}
 	}
 	if _, err := s.store.Submit(ctx, sub); err != nil {
-		return nil, fmt.Errorf("ingest %s: %w", wire.Clip(sub.EventID), err)
+		return nil, err
 	}
-	s.m.Intent(tool, string(ans.Decision), time.Since(start))
-	ev := s.log.Info()
-	if ans.Decision == op.DecisionRejected || ans.Decision == op.DecisionConflict {
-		ev = s.log.Warn().Str("reason", ans.Result.Reason)
-	}
-	if sub.Operation != nil {
-		ev = ev.Str("args_hash", sub.Operation.ArgsHash).Str("side_effect_class", string(sub.Operation.Class))
-	}
-	ev.Str("event_id", sub.EventID).Str("workflow_id", sub.WorkflowID).Str("tool", tool).
-		Str("operation_id", ans.Result.OperationID).Str("idempotency_key", ans.Result.IdempotencyKey).
-		Str("dedupe_decision", string(ans.Decision)).Str("status", ans.Result.Status).
-		Str("trace_id", tp.TraceID).Dur("latency_ms", time.Since(start)).Msg("intent")
 	return &ans, nil
 }
 
@@ -159,9 +189,9 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 		sub.EventID = msgID
 		if !wire.ValidID(sub.EventID) {
 			sum := sha256.Sum256(body)
-			sub.EventID = "sha256:" + hex.EncodeToString(sum[:])
+			sub.EventID = garbagePrefix + hex.EncodeToString(sum[:])
 		}
-		if wf := strings.TrimPrefix(subject, wire.IntentSubjectPrefix); wire.ValidID(wf) {
+		if wf := strings.TrimPrefix(subject, wire.IntentSubjectPrefix); wire.ValidWorkflowID(wf) {
 			sub.WorkflowID = wf
 		}
 		sub.RejectReason = reason(err)
@@ -182,6 +212,9 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 	if p.Initial == op.EventEnqueue {
 		p.Operation.State = op.StatePendingDispatch
 		sub.Outbox = []store.Message{outbox.Command(wire.KindDispatch, p.Operation, in.EventID, tp, 0)}
+		sub.Reopen = func(after *op.Operation) []store.Message {
+			return []store.Message{outbox.Command(wire.KindDispatch, after, in.EventID, tp, 0)}
+		}
 	}
 	return sub, tool, ""
 }

@@ -31,9 +31,14 @@ func Command(kind string, o *op.Operation, eventID string, tp telemetry.Tracepar
 // Result is the outbox row that carries r to the agent on its workflow's
 // results subject.
 func Result(r wire.Result, tp telemetry.Traceparent) store.Message {
+	return ResultOn(wire.ResultSubject(r.WorkflowID), r, tp)
+}
+
+// ResultOn is Result on another subject (wire.UnroutableSubject).
+func ResultOn(subject string, r wire.Result, tp telemetry.Traceparent) store.Message {
 	data, _ := json.Marshal(r) // plain struct: cannot fail
 	return store.Message{
-		Subject: wire.ResultSubject(r.WorkflowID), MsgID: op.NewID("msg"), Payload: data,
+		Subject: subject, MsgID: op.NewID("msg"), Payload: data,
 		OperationID: r.OperationID, Header: tp.Header(),
 	}
 }

@@ -17,7 +17,6 @@ package reconcile
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -100,9 +99,9 @@ var errLookAgain = errors.New("vendor has no final answer yet")
 
 // Handle processes one reconcile command.
 func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
-	var cmd wire.Command
-	if err := json.Unmarshal(d.Data, &cmd); err != nil || cmd.OperationID == "" {
-		return bus.Permanent(fmt.Errorf("reconcile: undecodable command on %s", d.Subject))
+	cmd, err := wire.DecodeCommand(d.Data)
+	if err != nil {
+		return bus.Permanent(fmt.Errorf("reconcile: undecodable command on %s: %w", wire.Clip(d.Subject), err))
 	}
 	tp := telemetry.ParseTraceparent(d.Header[wire.HeaderTraceparent])
 	log := s.log.With().Str("operation_id", cmd.OperationID).Str("tool", cmd.Tool).

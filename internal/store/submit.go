@@ -38,6 +38,11 @@ type Submission struct {
 	// Outbox holds the messages to write with a new operation (the dispatch
 	// command), in the same transaction. Not written for duplicates.
 	Outbox []Message
+	// Reopen builds the messages (the dispatch command) for an existing
+	// operation with the same key and arguments that failed without any
+	// effect (op.Operation.Reopenable), which this submission then runs
+	// again (op.DecisionReopened). Nil never reopens.
+	Reopen func(after *op.Operation) []Message
 	// Answer, when set, is called once the decision is known; the messages
 	// it returns (the answer to the sender) are written in the same
 	// transaction, whatever the decision.
@@ -66,8 +71,9 @@ type SubmitResult struct {
 //   - a rejected event is recorded with its reason and nothing else;
 //   - otherwise the operation is created if its idempotency key is absent
 //     (new, with its first events and outbox rows), or found: same args hash
-//     → duplicate_operation, different → conflict (nothing created, the
-//     reason recorded in the inbox).
+//     → duplicate_operation (or reopened, when it failed without any effect
+//     and the submission can reopen it), different → conflict (nothing
+//     created, the reason recorded in the inbox).
 func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 	if s.Source == "" || s.EventID == "" {
 		return nil, fmt.Errorf("submit: source and event id are required: %w", op.ErrInvalid)
@@ -130,9 +136,20 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 	res := &SubmitResult{Decision: op.DecisionNew, Operation: got}
 	if row.Duplicate {
 		res.Decision = op.DecisionDuplicateOperation
-		if got.ArgsHash != o.ArgsHash {
+		switch {
+		case got.ArgsHash != o.ArgsHash:
 			res.Decision = op.DecisionConflict
 			res.Reason = fmt.Sprintf("idempotency key already used by operation %s with different arguments", got.ID)
+		case got.Reopenable() && s.Reopen != nil:
+			// It failed without any effect: this intent runs it again, under
+			// the same key, as a new generation.
+			after, err := t.Transition(ctx, Change{OperationID: got.ID, From: got.State, LeaseEpoch: got.LeaseEpoch,
+				Events: []op.Event{op.EventReopen}, Reopen: true, Actor: s.Actor, Operation: got, Outbox: s.Reopen,
+				Detail: map[string]string{"source": s.Source, "event_id": s.EventID}})
+			if err != nil {
+				return nil, fmt.Errorf("submit %s/%s: reopen %s: %w", s.Source, s.EventID, got.ID, err)
+			}
+			got, res.Decision, res.Operation = after, op.DecisionReopened, after
 		}
 	}
 	// One statement writes the rest: a new operation's first events and

@@ -80,12 +80,16 @@ func TestDecodeIntentValid(t *testing.T) {
 	}
 }
 
-// padTo returns a valid intent of exactly n bytes, grown through its
-// free-text intent field.
+// padTo returns a valid intent of exactly n bytes, grown through an
+// argument (the envelope's own text fields are bounded; args are the
+// registry schema's to bound).
 func padTo(t *testing.T, n int) []byte {
 	t.Helper()
-	short := intentDoc(t, set("intent", ""))
-	padded := intentDoc(t, set("intent", strings.Repeat("p", n-len(short))))
+	pad := func(k int) func(map[string]any) {
+		return set("args", map[string]any{"order_id": "order_123", "pad": strings.Repeat("p", k)})
+	}
+	short := intentDoc(t, pad(0))
+	padded := intentDoc(t, pad(n-len(short)))
 	require.Len(t, padded, n)
 	return padded
 }
@@ -195,4 +199,65 @@ func TestSubjects(t *testing.T) {
 	require.Equal(t, "opledger.ops.unknown.send_email.op_1", wire.OpsSubject(wire.KindUnknown, "send_email", "op_1"))
 	require.Equal(t, "Nats-Msg-Id", wire.HeaderMsgID)
 	require.Equal(t, "traceparent", wire.HeaderTraceparent)
+}
+
+// An intent is read exactly once, one way: what a filter in front of
+// opledger reads as a harmless call is what opledger runs. Each rule below
+// was broken by encoding/json's defaults: field names matched without
+// regard to case, the last of a repeated key won, unknown fields passed (in
+// nested objects), and bytes that are not UTF-8 were replaced by U+FFFD, so
+// that two different event ids became one.
+func TestDecodeIntentReadsOneWay(t *testing.T) {
+	t.Parallel()
+	base := `"spec":"opledger.intent.v1","event_id":"conv_1:call_1","workflow_id":"wf_1","args":{"account_id":"acct_1"}`
+	for _, tc := range []struct {
+		name, body, reason string
+	}{
+		{"a second tool in upper case", `{` + base + `,"tool":"get_account_status","TOOL":"capture_payment"}`, `unknown field "TOOL" (field names are case-sensitive: "tool")`},
+		{"Spec instead of spec", `{"Spec":"opledger.intent.v1","event_id":"e","workflow_id":"wf_1","tool":"t","args":{}}`, `unknown field "Spec"`},
+		{"EVENT_ID instead of event_id", `{"spec":"opledger.intent.v1","EVENT_ID":"e","workflow_id":"wf_1","tool":"t","args":{}}`, `unknown field "EVENT_ID"`},
+		{"tool twice", `{` + base + `,"tool":"get_account_status","tool":"capture_payment"}`, `field "tool" appears twice`},
+		{"unknown field", `{` + base + `,"tool":"t","priority":"high"}`, `unknown field "priority"`},
+		{"unknown actor field", `{` + base + `,"tool":"t","actor":{"type":"agent","id":"a","role":"admin"}}`, `unknown field "actor.role"`},
+		{"repeated key inside args", `{"spec":"opledger.intent.v1","event_id":"e","workflow_id":"wf_1","tool":"t","args":{"amount_cents":1,"amount_cents":100000}}`, `appears twice`},
+		{"raw invalid UTF-8 in event_id", "{\"spec\":\"opledger.intent.v1\",\"event_id\":\"h:utf\xff\",\"workflow_id\":\"wf_1\",\"tool\":\"t\",\"args\":{}}", "invalid UTF-8 at byte 46"},
+		{"unpaired surrogate escape in event_id", `{"spec":"opledger.intent.v1","event_id":"h:utf\udcff","workflow_id":"wf_1","tool":"t","args":{}}`, "unpaired UTF-16 surrogate"},
+		{"high surrogate without its pair", `{"spec":"opledger.intent.v1","event_id":"h:\ud83dx","workflow_id":"wf_1","tool":"t","args":{}}`, "unpaired UTF-16 surrogate"},
+		{"NUL in the intent label", `{` + base + `,"tool":"t","intent":"pay\u0000"}`, "intent must be"},
+		{"newline in the tool name", `{` + base + `,"tool":"t\n"}`, "tool is required"},
+		{"reserved workflow id", `{"spec":"opledger.intent.v1","event_id":"e","workflow_id":"_unroutable","tool":"t","args":{}}`, "workflow_id is required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := wire.DecodeIntent("", "", []byte(tc.body))
+			require.ErrorIs(t, err, op.ErrInvalid)
+			require.ErrorContains(t, err, tc.reason)
+		})
+	}
+	// Distinct invalid event ids are never merged into one: both are refused.
+	_, err1 := wire.DecodeIntent("", "", []byte("{\"spec\":\"opledger.intent.v1\",\"event_id\":\"h:utf\xff\",\"workflow_id\":\"wf_1\",\"tool\":\"t\",\"args\":{}}"))
+	_, err2 := wire.DecodeIntent("", "", []byte("{\"spec\":\"opledger.intent.v1\",\"event_id\":\"h:utf\xfe\",\"workflow_id\":\"wf_1\",\"tool\":\"t\",\"args\":{}}"))
+	require.Error(t, err1)
+	require.Error(t, err2)
+
+	// A valid surrogate pair is a character like any other.
+	in, err := wire.DecodeIntent("", "", []byte(`{"spec":"opledger.intent.v1","event_id":"call_\ud83d\ude00","workflow_id":"wf_1","tool":"t","args":{}}`))
+	require.NoError(t, err)
+	require.Equal(t, "call_😀", in.EventID)
+}
+
+func TestDecodeCommandIsStrict(t *testing.T) {
+	t.Parallel()
+	good := `{"spec":"opledger.command.v1","kind":"dispatch","operation_id":"op_1","tool":"t","idempotency_key":"k","lease_epoch":0,"workflow_id":"wf_1","state":"pending_dispatch"}`
+	c, err := wire.DecodeCommand([]byte(good))
+	require.NoError(t, err)
+	require.Equal(t, "op_1", c.OperationID)
+	for _, bad := range []string{
+		`{"spec":"opledger.command.v1","kind":"dispatch","operation_id":"op_1","OPERATION_ID":"op_2"}`,
+		`{"spec":"opledger.command.v1","kind":"dispatch","operation_id":"op_1","operation_id":"op_2"}`,
+		`{"spec":"opledger.command.v1","kind":"dispatch"}`,
+		`{"spec":"other","operation_id":"op_1"}`,
+	} {
+		_, err := wire.DecodeCommand([]byte(bad))
+		require.ErrorIs(t, err, op.ErrInvalid, bad)
+	}
 }

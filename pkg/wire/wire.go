@@ -92,33 +92,55 @@ const (
 	MaxIntentLen = 1 << 20 // 1 MiB of JSON
 )
 
+// Limits on the free-text fields of intents.
+const (
+	MaxIntentLabelLen = 200
+	MaxCorrelation    = 32  // entries
+	MaxCorrelationLen = 200 // bytes per key and per value
+)
+
+// UnroutableSubject is where opledger answers an intent whose subject names
+// no workflow it could answer on (invalid UTF-8, an over-long token): agents
+// and operators that publish by hand can watch it. UnroutableWorkflow is
+// reserved for it.
+const (
+	UnroutableWorkflow = "_unroutable"
+	UnroutableSubject  = ResultSubjectPrefix + UnroutableWorkflow
+)
+
 // DecodeIntent parses and checks an intent from its subject, headers and body.
-// Errors wrap op.ErrInvalid and say what is wrong in words fit for a result's
-// reason field.
+// It reads the message exactly one way: field names are exact (case
+// included), a field appears at most once, unknown fields are refused, and
+// bytes that are not UTF-8 (or escapes of unpaired surrogates) are refused,
+// never replaced. Every text field is bounded and free of control
+// characters. Errors wrap op.ErrInvalid and say what is wrong in words fit
+// for a result's reason field.
 func DecodeIntent(subject, msgID string, body []byte) (*Intent, error) {
 	if len(body) > MaxIntentLen {
 		return nil, fmt.Errorf("intent is %d bytes, over the %d limit: %w", len(body), MaxIntentLen, op.ErrInvalid)
 	}
 	var in Intent
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		return nil, fmt.Errorf("intent is not valid JSON for %s: %v: %w", SpecIntent, shortJSONError(err), op.ErrInvalid)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("intent has data after the JSON object: %w", op.ErrInvalid)
+	if err := decodeStrict(body, &in, intentFields, intentNested); err != nil {
+		return nil, fmt.Errorf("intent is not valid JSON for %s: %w", SpecIntent, err)
 	}
 	switch {
 	case in.Spec != SpecIntent:
 		return nil, fmt.Errorf("spec must be %q, got %q: %w", SpecIntent, Clip(in.Spec), op.ErrInvalid)
 	case !ValidID(in.EventID):
 		return nil, fmt.Errorf("event_id is required (1-%d printable characters): %w", MaxIDLen, op.ErrInvalid)
-	case !ValidID(in.WorkflowID) || strings.ContainsAny(in.WorkflowID, ".*> "):
-		return nil, fmt.Errorf("workflow_id is required (1-%d printable characters, no '.', '*', '>' or spaces): %w", MaxIDLen, op.ErrInvalid)
+	case !ValidWorkflowID(in.WorkflowID):
+		return nil, fmt.Errorf("workflow_id is required (1-%d printable characters, no '.', '*', '>' or spaces, not %q): %w",
+			MaxIDLen, UnroutableWorkflow, op.ErrInvalid)
 	case in.RunID != "" && !ValidID(in.RunID):
 		return nil, fmt.Errorf("run_id must be 1-%d printable characters: %w", MaxIDLen, op.ErrInvalid)
-	case in.Tool == "":
-		return nil, fmt.Errorf("tool is required: %w", op.ErrInvalid)
+	case in.Tool == "" || !ValidText(in.Tool, MaxIDLen):
+		return nil, fmt.Errorf("tool is required (printable characters): %w", op.ErrInvalid)
+	case !ValidText(in.Intent, MaxIntentLabelLen):
+		return nil, fmt.Errorf("intent must be at most %d printable characters: %w", MaxIntentLabelLen, op.ErrInvalid)
+	case in.Actor != nil && (!ValidText(in.Actor.Type, MaxIDLen) || !ValidText(in.Actor.ID, MaxIDLen)):
+		return nil, fmt.Errorf("actor type and id must be printable characters: %w", op.ErrInvalid)
+	case len(in.Correlation) > MaxCorrelation:
+		return nil, fmt.Errorf("correlation has %d entries, over the %d limit: %w", len(in.Correlation), MaxCorrelation, op.ErrInvalid)
 	case len(in.Args) == 0 || in.Args[0] != '{':
 		return nil, fmt.Errorf("args must be a JSON object: %w", op.ErrInvalid)
 	case subject != "" && subject != IntentSubject(in.WorkflowID):
@@ -126,7 +148,18 @@ func DecodeIntent(subject, msgID string, body []byte) (*Intent, error) {
 	case msgID != "" && msgID != in.EventID:
 		return nil, fmt.Errorf("Nats-Msg-Id header differs from event_id: %w", op.ErrInvalid)
 	}
+	for k, v := range in.Correlation {
+		if !ValidText(k, MaxCorrelationLen) || !ValidText(v, MaxCorrelationLen) || k == "" {
+			return nil, fmt.Errorf("correlation keys and values must be 1-%d printable characters: %w", MaxCorrelationLen, op.ErrInvalid)
+		}
+	}
 	return &in, nil
+}
+
+// ValidWorkflowID reports whether s can name a workflow: a valid id that
+// is one NATS subject token (no '.', '*', '>' or spaces), not reserved.
+func ValidWorkflowID(s string) bool {
+	return ValidID(s) && !strings.ContainsAny(s, ".*> \t") && s != UnroutableWorkflow
 }
 
 // ValidID reports whether s can serve as an event, workflow or run id: 1 to

@@ -47,3 +47,7 @@ CREATE TABLE maintenance_leader (
 ALTER TABLE operations ADD COLUMN generation integer NOT NULL DEFAULT 1,
                        ADD COLUMN generation_started_at timestamptz,
                        ADD COLUMN generation_attempt_base integer NOT NULL DEFAULT 0;
+
+-- A reopened operation is answered with the decision "reopened".
+ALTER TABLE inbox DROP CONSTRAINT inbox_decision_check,
+    ADD CONSTRAINT inbox_decision_check CHECK (decision IN ('new', 'duplicate_operation', 'conflict', 'rejected', 'reopened'));
