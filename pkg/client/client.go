@@ -1,12 +1,28 @@
-// Package client is a small Go client for agents: publish an intent, read the
-// results for a workflow. It speaks only the documented wire protocol
-// (docs/protocol.md), so anything it does, a client in another language can do.
+// Package client is a small Go client for agents. It speaks only the
+// documented wire protocol (docs/protocol.md), so anything it does, a client
+// in another language can do.
+//
+//   - [Client.Submit] publishes an intent and returns the ledger's answer to
+//     its event id (new, duplicate_event, duplicate_operation, conflict or
+//     rejected).
+//   - [Client.SubmitAndWait] publishes an intent and waits until the
+//     operation it maps to is final, or waits on a person.
+//   - [Client.Watch] and [Client.Results] stream the results of a workflow,
+//     with repeats dropped and each operation's results in version order.
+//   - [Client.Publish] sends an intent as it is and only waits for JetStream
+//     to store it.
+//
+// Every channel the client returns is closed when its context ends or the
+// client is closed, and the goroutine feeding it has ended or is ending.
 package client
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,32 +30,88 @@ import (
 	"github.com/opledger/opledger/pkg/wire"
 )
 
-// Client publishes intents and reads results.
+// ErrClosed is returned by a call made on, or interrupted by, a closed
+// client (Close was called, or the NATS connection closed for good).
+var ErrClosed = errors.New("client: closed")
+
+// Client publishes intents and reads results. It is safe for concurrent use.
 type Client struct {
 	nc *nats.Conn
 	js jetstream.JetStream
+
+	// life ends when Close is called or the connection closes for good; every
+	// subscription's context is tied to it.
+	life context.Context
+	end  context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup // goroutines feeding channels and removing consumers
 }
 
-// Connect dials NATS at url.
+// Connect dials NATS at url; name is the connection's name in the server's
+// monitoring. It returns an error if the server cannot be reached.
 func Connect(url, name string) (*Client, error) {
-	nc, err := nats.Connect(url, nats.Name(name))
+	life, end := context.WithCancel(context.Background())
+	nc, err := nats.Connect(url, nats.Name(name), nats.ClosedHandler(func(*nats.Conn) { end() }))
 	if err != nil {
+		end()
 		return nil, fmt.Errorf("client: connect: %w", err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
+		end()
 		return nil, fmt.Errorf("client: jetstream: %w", err)
 	}
-	return &Client{nc: nc, js: js}, nil
+	return &Client{nc: nc, js: js, life: life, end: end}, nil
 }
 
-// Close closes the connection.
-func (c *Client) Close() { c.nc.Close() }
+// Close closes every channel the client returned, waits for the goroutines
+// feeding them to end, and closes the connection. Calls in progress return
+// ErrClosed. Close may be called more than once.
+func (c *Client) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.end()
+	c.wg.Wait()
+	c.nc.Close()
+}
+
+// begin registers a goroutine of the client, or returns ErrClosed.
+func (c *Client) begin() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.life.Err() != nil {
+		return ErrClosed
+	}
+	c.wg.Add(1)
+	return nil
+}
+
+// scope returns a context that ends with ctx or with the client.
+func (c *Client) scope(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.life, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// cause says why a scoped wait ended: the caller's context error, or
+// ErrClosed when the client went away first.
+func cause(user context.Context) error {
+	if err := user.Err(); err != nil {
+		return err
+	}
+	return ErrClosed
+}
 
 // Publish sends an intent to opledger.intents.<workflow_id> with Nats-Msg-Id =
-// event_id and waits for JetStream to store it. It reports whether JetStream
-// saw the event id inside its duplicate window (the ledger dedupes either way).
+// event_id and waits for JetStream to store it. It fills an empty Spec but
+// does not validate the intent: opledger answers a malformed one with a
+// rejection (Submit checks first). It reports whether JetStream saw the event
+// id inside its duplicate window and dropped the intent (the ledger dedupes
+// either way). traceparent may be empty.
 func (c *Client) Publish(ctx context.Context, in wire.Intent, traceparent string) (duplicate bool, err error) {
 	if in.Spec == "" {
 		in.Spec = wire.SpecIntent
@@ -48,6 +120,10 @@ func (c *Client) Publish(ctx context.Context, in wire.Intent, traceparent string
 	if err != nil {
 		return false, fmt.Errorf("client: encode intent: %w", err)
 	}
+	return c.publish(ctx, in, data, traceparent)
+}
+
+func (c *Client) publish(ctx context.Context, in wire.Intent, data []byte, traceparent string) (bool, error) {
 	m := nats.NewMsg(wire.IntentSubject(in.WorkflowID))
 	m.Data = data
 	m.Header.Set(wire.HeaderMsgID, in.EventID)
@@ -56,35 +132,67 @@ func (c *Client) Publish(ctx context.Context, in wire.Intent, traceparent string
 	}
 	ack, err := c.js.PublishMsg(ctx, m)
 	if err != nil {
-		return false, fmt.Errorf("client: publish intent %s: %w", in.EventID, err)
+		return false, fmt.Errorf("client: publish intent %s: %w", wire.Clip(in.EventID), err)
 	}
 	return ack.Duplicate, nil
 }
 
-// Results streams every result published for subjects matching filter
-// (wire.ResultSubject(workflowID), or "opledger.results.>" for all), from the
-// start of the RESULTS stream, until ctx ends.
-func (c *Client) Results(ctx context.Context, filter string) (<-chan wire.Result, error) {
-	cons, err := c.js.OrderedConsumer(ctx, wire.StreamResults, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-	if err != nil {
-		return nil, fmt.Errorf("client: results consumer: %w", err)
+// subscription reads the RESULTS stream through one ordered consumer.
+type subscription struct {
+	c    *Client
+	cons jetstream.Consumer
+	it   jetstream.MessagesContext
+}
+
+// subscribe creates an ordered consumer on RESULTS for filter, delivering
+// from the start of the stream, or from start when it is not zero. The
+// consumer exists on the server when subscribe returns, so nothing published
+// afterwards can be missed.
+func (c *Client) subscribe(ctx context.Context, filter string, start time.Time) (*subscription, error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+	if !start.IsZero() {
+		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
+		cfg.OptStartTime = &start
 	}
-	out := make(chan wire.Result, 1024)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var r wire.Result
-		if json.Unmarshal(m.Data(), &r) == nil {
-			select {
-			case out <- r:
-			case <-ctx.Done():
-			}
-		}
-	})
+	cons, err := c.js.OrderedConsumer(ctx, wire.StreamResults, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("client: results: %w", err)
+		return nil, fmt.Errorf("client: results consumer for %s: %w", wire.Clip(filter), err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("client: results for %s: %w", wire.Clip(filter), err)
+	}
+	return &subscription{c: c, cons: cons, it: it}, nil
+}
+
+// next returns the next message of the subscription as a result (ok is
+// false when it is not a v1 result) and how many messages of the filter the
+// stream held after it. It fails when ctx ends or the subscription cannot go
+// on (the connection closed).
+func (s *subscription) next(ctx context.Context) (r Result, ok bool, pending uint64, err error) {
+	m, err := s.it.Next(jetstream.NextContext(ctx))
+	if err != nil {
+		return Result{}, false, 0, err
+	}
+	if md, err := m.Metadata(); err == nil {
+		pending = md.NumPending
+	}
+	r, ok = decodeResult(m.Headers(), m.Data())
+	return r, ok, pending, nil
+}
+
+// stop ends the subscription and removes its consumer from the server in the
+// background (the server would drop it after minutes of inactivity anyway).
+func (s *subscription) stop() {
+	s.it.Stop()
+	info := s.cons.CachedInfo()
+	if info == nil || s.c.begin() != nil {
+		return
 	}
 	go func() {
-		<-ctx.Done()
-		cc.Stop()
+		defer s.c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.c.js.DeleteConsumer(ctx, wire.StreamResults, info.Name)
 	}()
-	return out, nil
 }
