@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/app"
+	"github.com/opledger/opledger/internal/maintain"
 	"github.com/opledger/opledger/internal/reconcile"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/internal/vendors"
@@ -40,7 +41,8 @@ func setup(t *testing.T, services ...string) *bundle {
 	d, err := app.StartStack(context.Background(), app.StackConfig{
 		Infra: app.InfraConfig{DatabaseURL: testdb.New(t), MemoryStreams: true},
 		Services: app.ServicesConfig{Run: services, Relays: 2,
-			Reconcile: reconcile.Config{SweepInterval: 200 * time.Millisecond, SettleDelay: 500 * time.Millisecond}},
+			Reconcile: reconcile.Config{SettleDelay: 500 * time.Millisecond},
+			Maintain:  maintain.Config{SweepInterval: 200 * time.Millisecond, ElectInterval: 100 * time.Millisecond}},
 	})
 	require.NoError(t, err)
 	t.Cleanup(d.Close)
