@@ -53,10 +53,10 @@ type fileEntity struct {
 }
 
 type fileRetry struct {
-	MaxAttempts    int     `yaml:"max_attempts"`
-	InitialBackoff string  `yaml:"initial_backoff"`
-	MaxBackoff     string  `yaml:"max_backoff"`
-	Jitter         float64 `yaml:"jitter"`
+	MaxAttempts    *int     `yaml:"max_attempts"`
+	InitialBackoff string   `yaml:"initial_backoff"`
+	MaxBackoff     string   `yaml:"max_backoff"`
+	Jitter         *float64 `yaml:"jitter"` // nil: the default, as when there is no retry section
 }
 
 type fileLease struct {
@@ -210,15 +210,21 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 
 	t.Retry = RetryPolicy{MaxAttempts: 1, InitialBackoff: 200 * time.Millisecond, MaxBackoff: 10 * time.Second, Jitter: 0.2}
 	if r := ft.Retry; r != nil {
-		t.Retry.MaxAttempts = r.MaxAttempts
 		t.Retry.InitialBackoff = p.duration("retry.initial_backoff", r.InitialBackoff, t.Retry.InitialBackoff)
 		t.Retry.MaxBackoff = p.duration("retry.max_backoff", r.MaxBackoff, t.Retry.MaxBackoff)
-		t.Retry.Jitter = r.Jitter
-		if r.MaxAttempts < 1 || r.MaxAttempts > 100 {
-			p.add("retry.max_attempts", "must be between 1 and 100, got %d", r.MaxAttempts)
+		switch {
+		case r.MaxAttempts == nil:
+			p.add("retry.max_attempts", "is required in a retry section: attempts in all, 1 to 100")
+		case *r.MaxAttempts < 1 || *r.MaxAttempts > 100:
+			p.add("retry.max_attempts", "must be between 1 and 100, got %d", *r.MaxAttempts)
+		default:
+			t.Retry.MaxAttempts = *r.MaxAttempts
 		}
-		if r.Jitter < 0 || r.Jitter > 1 {
-			p.add("retry.jitter", "must be between 0 and 1, got %v", r.Jitter)
+		if r.Jitter != nil {
+			t.Retry.Jitter = *r.Jitter
+			if *r.Jitter < 0 || *r.Jitter > 1 {
+				p.add("retry.jitter", "must be between 0 and 1, got %v", *r.Jitter)
+			}
 		}
 		if t.Retry.MaxBackoff < t.Retry.InitialBackoff {
 			p.add("retry.max_backoff", "must not be below retry.initial_backoff")
@@ -583,10 +589,11 @@ func (p *problems) configError(err error) {
 	p.add(field, "%s", userTerms(ce.Reason, strings.HasPrefix(ce.Field, "Lookup.")))
 }
 
-// checkFields reports template placeholders that are not arguments.
+// checkFields reports key template placeholders that are not arguments
+// ({_args_hash} is computed, not an argument).
 func (p *problems) checkFields(field string, tmpl *canon.Template, schema map[string]any) {
 	for _, f := range tmpl.Fields() {
-		if !schemaHasField(schema, f, "") {
+		if f != canon.ArgsHashField && !schemaHasField(schema, f, "") {
 			p.add(field, "placeholder {%s} is not a property of args_schema", f)
 		}
 	}
