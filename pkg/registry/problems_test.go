@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -390,4 +391,27 @@ tools:
 			"nor external_object_id, external_request_id or operation_id",
 		"line 11: tool pay: compensation.args.why: tool unpay has no argument why in its args_schema",
 	}, problems(t, doc, registry.Options{}))
+}
+
+func TestRetryDefaults(t *testing.T) {
+	t.Parallel()
+	reg, err := registry.Load([]byte(tool+"    retry: {max_attempts: 3}\n"), vendors)
+	require.NoError(t, err)
+	tl, err := reg.Tool("read_thing")
+	require.NoError(t, err)
+	require.Equal(t, registry.RetryPolicy{MaxAttempts: 3, InitialBackoff: 200 * time.Millisecond, MaxBackoff: 10 * time.Second, Jitter: 0.2},
+		tl.Retry, "a retry section's defaults are the documented ones")
+	require.Equal(t, []string{"line 8: tool read_thing: retry.max_attempts: is required in a retry section: attempts in all, 1 to 100"},
+		problems(t, tool+"    retry: {jitter: 0.1}\n", registry.Options{}))
+}
+
+func TestArgsHashPlaceholder(t *testing.T) {
+	t.Parallel()
+	reg, err := registry.Load([]byte(tool+"    key_template: \"thing:{id}:{_args_hash}\"\n"), vendors)
+	require.NoError(t, err)
+	tl, err := reg.Tool("read_thing")
+	require.NoError(t, err)
+	p, err := tl.Prepare(registry.Proposal{WorkflowID: "wf", Args: []byte(`{"id":"a"}`)})
+	require.NoError(t, err)
+	require.Equal(t, "thing:a:"+p.Operation.ArgsHash+":v1", p.Operation.IdempotencyKey)
 }
