@@ -124,6 +124,16 @@ func (p *problems) add(field, format string, args ...any) {
 	p.list = append(p.list, Problem{Tool: p.tool, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
+// has reports whether field already has a problem.
+func (p *problems) has(field string) bool {
+	for _, had := range p.list {
+		if had.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
 func (p *problems) duration(field, s string, def time.Duration) time.Duration {
 	if s == "" {
 		return def
@@ -204,7 +214,7 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 	}
 
 	t.Timeout = p.duration("timeout", ft.Timeout, 10*time.Second)
-	if t.Timeout == 0 {
+	if t.Timeout == 0 && !p.has("timeout") {
 		p.add("timeout", "must be positive")
 	}
 
@@ -259,8 +269,10 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 	}
 
 	if d := ft.Dedupe; d != nil {
-		t.Dedupe.Window = p.duration("dedupe.window", d.Window, 0)
-		if t.Dedupe.Window <= 0 {
+		switch t.Dedupe.Window = p.duration("dedupe.window", d.Window, 0); {
+		case d.Window == "":
+			p.add("dedupe.window", "is required: a positive duration such as 24h")
+		case t.Dedupe.Window == 0 && !p.has("dedupe.window"):
 			p.add("dedupe.window", "must be a positive duration")
 		}
 		if tmpl, err := canon.ParseTemplate(d.KeyTemplate); err != nil {

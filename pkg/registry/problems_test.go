@@ -415,3 +415,18 @@ func TestArgsHashPlaceholder(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "thing:a:"+p.Operation.ArgsHash+":v1", p.Operation.IdempotencyKey)
 }
+
+// TestTemplateProblems: a template problem quotes the template where it is
+// wrong, never the vendor's base URL, and a bad duration is one problem.
+func TestTemplateProblems(t *testing.T) {
+	t.Parallel()
+	doc := strings.Replace(tool, `path: "/v1/things/{id}"}`, `path: "/v1/things/{id"}`, 1) +
+		"    dedupe: {window: -1s, key_template: \"t:{id}\"}\n"
+	got := problems(t, doc, registry.Options{Vendors: map[string]string{"accounts": "https://user:pw@vendor.example"}})
+	require.Equal(t, []string{
+		`line 7: tool read_thing: adapter.path: unbalanced '{' at "{id"`,
+		`line 8: tool read_thing: dedupe.window: must be a duration like 500ms or 5s, got "-1s"`,
+	}, got)
+	got = problems(t, strings.Replace(tool, `path: "/v1/things/{id}"}`, `path: "/v1/things/{a b}"}`, 1), registry.Options{})
+	require.Equal(t, []string{`line 7: tool read_thing: adapter.path: invalid placeholder "{a b}": a dotted argument path, {idempotency_key} or {operation_id}`}, got)
+}

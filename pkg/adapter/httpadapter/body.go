@@ -186,15 +186,16 @@ func parseText(s string) ([]tmplPart, error) {
 			lit.WriteByte('}')
 			i += 2
 		case s[i] == '}':
-			return nil, errors.New("unbalanced '}' at offset " + strconv.Itoa(i) + " (write }} for a literal brace)")
+			return nil, errors.New("unbalanced '}' before " + near(s[i:]) + " (write }} for a literal brace)")
 		case s[i] == '{':
 			end := strings.IndexByte(s[i:], '}')
 			if end < 0 {
-				return nil, errors.New("unbalanced '{' at offset " + strconv.Itoa(i) + " (write {{ for a literal brace)")
+				return nil, errors.New("unbalanced '{' at " + near(s[i:]) + " (write {{ for a literal brace)")
 			}
 			name := s[i+1 : i+end]
 			if !validPlaceholder(name) {
-				return nil, errors.New("invalid placeholder at offset " + strconv.Itoa(i))
+				return nil, errors.New("invalid placeholder " + near(s[i:i+end+1]) +
+					": a dotted argument path, {idempotency_key} or {operation_id}")
 			}
 			flush()
 			p := tmplPart{name: name}

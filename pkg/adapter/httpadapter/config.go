@@ -625,7 +625,7 @@ func parseTemplate(field, s string) (*urlTemplate, error) {
 	for rest != "" {
 		open := strings.IndexByte(rest, '{')
 		if closeAt := strings.IndexByte(rest, '}'); closeAt >= 0 && (open < 0 || closeAt < open) {
-			return nil, &ConfigError{Field: field, Reason: "unbalanced '}' at offset " + strconv.Itoa(len(s)-len(rest)+closeAt)}
+			return nil, &ConfigError{Field: field, Reason: "unbalanced '}' before " + near(rest[closeAt:])}
 		}
 		if open < 0 {
 			t.parts = append(t.parts, tmplPart{lit: rest})
@@ -638,11 +638,12 @@ func parseTemplate(field, s string) (*urlTemplate, error) {
 		}
 		end := strings.IndexByte(rest[open:], '}')
 		if end < 0 {
-			return nil, &ConfigError{Field: field, Reason: "unbalanced '{' at offset " + strconv.Itoa(len(s)-len(rest)+open)}
+			return nil, &ConfigError{Field: field, Reason: "unbalanced '{' at " + near(rest[open:])}
 		}
 		name := rest[open+1 : open+end]
 		if !validPlaceholder(name) {
-			return nil, &ConfigError{Field: field, Reason: "invalid placeholder at offset " + strconv.Itoa(len(s)-len(rest)+open)}
+			return nil, &ConfigError{Field: field, Reason: "invalid placeholder " + near(rest[open:open+end+1]) +
+				": a dotted argument path, {idempotency_key} or {operation_id}"}
 		}
 		p := tmplPart{name: name, query: inQuery}
 		if name != phIdempotencyKey && name != phOperationID {
@@ -666,6 +667,15 @@ func parseTemplate(field, s string) (*urlTemplate, error) {
 	}
 	t.host = u.Scheme + "://" + u.Host
 	return t, nil
+}
+
+// near quotes the part of a template a problem is at, cut short. It starts
+// at a brace, so never shows the base URL before the path.
+func near(s string) string {
+	if r := []rune(s); len(r) > 24 {
+		s = string(r[:24]) + "…"
+	}
+	return strconv.Quote(s)
 }
 
 func validPlaceholder(name string) bool {
