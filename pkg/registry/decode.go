@@ -33,7 +33,7 @@ type toolNode struct {
 // decoded is one source after decoding.
 type decoded struct {
 	doc   fileDoc
-	root  *yaml.Node          // the document's mapping; nil when unusable
+	root  *yaml.Node          // the document's mapping
 	tools map[string]toolNode // first definition of each tool in the file
 	order []string            // tool names in file order
 	// shadow holds, per tool ("" for the document), fields whose own

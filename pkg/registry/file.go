@@ -532,30 +532,18 @@ func registryField(name string) string {
 	if keys == "" {
 		return field
 	}
-	rest := "[" + keys
-	for rest != "" {
-		if strings.HasPrefix(rest, `["`) {
-			end := strings.Index(rest, `"]`)
-			for end > 0 && rest[end-1] == '\\' { // an escaped quote inside the key
-				next := strings.Index(rest[end+1:], `"]`)
-				if next < 0 {
-					return field
-				}
-				end += next + 1
-			}
-			key, err := strconv.Unquote(rest[1 : end+1])
-			if err != nil {
-				return field
-			}
-			field += "." + key
-			rest = rest[end+2:]
+	for rest := "[" + keys; rest != ""; {
+		if q, err := strconv.QuotedPrefix(rest[1:]); err == nil && strings.HasPrefix(rest[1+len(q):], "]") {
+			key, _ := strconv.Unquote(q)
+			field += "." + key // ["X-Key"]
+			rest = rest[len(q)+2:]
 			continue
 		}
 		end := strings.IndexByte(rest, ']')
 		if end < 0 {
 			return field
 		}
-		field += rest[:end+1]
+		field += rest[:end+1] // [0]
 		rest = rest[end+1:]
 	}
 	return field

@@ -292,13 +292,7 @@ func Load(data []byte, opts Options) (*Registry, error) {
 // line order, each naming its source when the source has a name.
 func LoadSources(srcs []Source, opts Options) (*Registry, error) {
 	var probs []Problem
-	type found struct {
-		ft   *fileTool
-		src  int
-		node toolNode
-		dec  *decoded
-	}
-	tools := map[string]found{}
+	tools := map[string]sourceTool{}
 	fileOrder := map[string]int{}
 	for i, src := range srcs {
 		fileOrder[src.Name] = i
@@ -320,10 +314,10 @@ func LoadSources(srcs []Source, opts Options) (*Registry, error) {
 			node := dec.tools[name]
 			if other, dup := tools[name]; dup {
 				probs = append(probs, Problem{File: src.Name, Line: node.key.Line, Tool: name,
-					Msg: fmt.Sprintf("also defined in %s (line %d)", srcs[other.src].Name, other.node.key.Line)})
+					Msg: fmt.Sprintf("also defined in %s (line %d)", other.file, other.node.key.Line)})
 				continue
 			}
-			tools[name] = found{ft: dec.doc.Tools[name], src: i, node: node, dec: dec}
+			tools[name] = sourceTool{ft: dec.doc.Tools[name], file: src.Name, node: node, dec: dec}
 		}
 	}
 	if len(tools) == 0 && len(probs) == 0 {
@@ -331,9 +325,8 @@ func LoadSources(srcs []Source, opts Options) (*Registry, error) {
 	}
 	reg := &Registry{tools: map[string]*Tool{}}
 	for name, f := range tools {
-		file := srcs[f.src].Name
 		if !toolName.MatchString(name) {
-			probs = append(probs, Problem{File: file, Line: f.node.key.Line, Tool: name,
+			probs = append(probs, Problem{File: f.file, Line: f.node.key.Line, Tool: name,
 				Msg: "a tool name must be lower-case letters, digits and _, start with a letter and be at most 64 long (" + toolName.String() + ")"})
 			continue
 		}
@@ -342,7 +335,7 @@ func LoadSources(srcs []Source, opts Options) (*Registry, error) {
 			if shadowed(pr.Field, f.dec.shadow[name]) {
 				continue // the decoder already reported this field
 			}
-			pr.File, pr.Line = file, fieldLine(f.node, pr.Field)
+			pr.File, pr.Line = f.file, fieldLine(f.node, pr.Field)
 			probs = append(probs, pr)
 		}
 		if len(tp) == 0 {
@@ -350,33 +343,7 @@ func LoadSources(srcs []Source, opts Options) (*Registry, error) {
 			reg.names = append(reg.names, name)
 		}
 	}
-	// Compensation playbooks must name a registered tool, and only its arguments.
-	for name, f := range tools {
-		c := (*fileCompensation)(nil)
-		if f.ft != nil {
-			c = f.ft.Compensation
-		}
-		if c == nil || c.Tool == "" {
-			continue
-		}
-		file := srcs[f.src].Name
-		target, ok := tools[c.Tool]
-		if !ok {
-			probs = append(probs, Problem{File: file, Line: fieldLine(f.node, "compensation.tool"), Tool: name,
-				Field: "compensation.tool", Msg: fmt.Sprintf("names unregistered tool %q", c.Tool)})
-			continue
-		}
-		if target.ft == nil || target.ft.ArgsSchema == nil {
-			continue
-		}
-		for _, arg := range sortedKeys(c.Args) {
-			if !schemaHasField(target.ft.ArgsSchema, arg, "") {
-				field := "compensation.args." + arg
-				probs = append(probs, Problem{File: file, Line: fieldLine(f.node, field), Tool: name, Field: field,
-					Msg: fmt.Sprintf("tool %s has no argument %s in its args_schema", c.Tool, arg)})
-			}
-		}
-	}
+	probs = append(probs, compensationProblems(tools)...)
 	if len(probs) > 0 {
 		sort.SliceStable(probs, func(i, j int) bool {
 			a, b := probs[i], probs[j]
@@ -395,6 +362,43 @@ func LoadSources(srcs []Source, opts Options) (*Registry, error) {
 	}
 	sort.Strings(reg.names)
 	return reg, nil
+}
+
+// sourceTool is a tool as decoded from its source, before compiling.
+type sourceTool struct {
+	ft   *fileTool
+	file string // the source's name
+	node toolNode
+	dec  *decoded
+}
+
+// compensationProblems checks the playbooks across tools: each names a tool
+// of the registry, and only that tool's arguments.
+func compensationProblems(tools map[string]sourceTool) []Problem {
+	var probs []Problem
+	for name, f := range tools {
+		if f.ft == nil || f.ft.Compensation == nil || f.ft.Compensation.Tool == "" {
+			continue
+		}
+		c := f.ft.Compensation
+		target, ok := tools[c.Tool]
+		if !ok {
+			probs = append(probs, Problem{File: f.file, Line: fieldLine(f.node, "compensation.tool"), Tool: name,
+				Field: "compensation.tool", Msg: fmt.Sprintf("names unregistered tool %q", c.Tool)})
+			continue
+		}
+		if target.ft == nil || target.ft.ArgsSchema == nil {
+			continue // its own problem says why
+		}
+		for _, arg := range sortedKeys(c.Args) {
+			if !schemaHasField(target.ft.ArgsSchema, arg, "") {
+				field := "compensation.args." + arg
+				probs = append(probs, Problem{File: f.file, Line: fieldLine(f.node, field), Tool: name, Field: field,
+					Msg: fmt.Sprintf("tool %s has no argument %s in its args_schema", c.Tool, arg)})
+			}
+		}
+	}
+	return probs
 }
 
 // shadowed reports whether field is one of fields or inside one ("" is the
