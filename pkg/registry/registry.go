@@ -5,8 +5,11 @@
 //
 // The registry is the only authority on how a tool may be executed. Hints
 // from outside (an MCP client's annotations, a model's claims) never override
-// it. Loading validates everything and reports every problem with the tool
-// and field; a registry with problems is never returned.
+// it. Loading validates everything and reports every problem with its file,
+// line, tool and field, in the file's terms; a registry with problems is
+// never returned. docs/registry.md is the reference for the file, and
+// schema/registry.schema.json its JSON Schema; tests keep both in step with
+// the yaml tags of the file structs in file.go.
 package registry
 
 import (
@@ -208,8 +211,9 @@ type Options struct {
 	Vendors map[string]string
 	// VendorURL is asked for a vendor missing from Vendors; may be nil.
 	VendorURL func(vendor string) (string, bool)
-	// Secret resolves ${NAME} references in adapter header values; nil makes
-	// any such reference a problem.
+	// Secret resolves the ${NAME} references in adapter.secret_headers; nil
+	// makes any such reference a problem. Resolved values never appear in a
+	// Problem.
 	Secret func(name string) (string, bool)
 }
 
