@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,27 +17,34 @@ import (
 )
 
 // fileDoc is the YAML document as written by operators; compile turns each
-// fileTool into a validated Tool.
+// fileTool into a validated Tool. The yaml tags are the registry's field
+// names: the decoder, docs/registry.md and schema/registry.schema.json all
+// follow them (tests keep the three in step).
 type fileDoc struct {
 	Version int                  `yaml:"version"`
 	Tools   map[string]*fileTool `yaml:"tools"`
 }
 
 type fileTool struct {
-	Description     string         `yaml:"description"`
-	SideEffectClass string         `yaml:"side_effect_class"`
-	Version         int            `yaml:"version"`
-	Intent          string         `yaml:"intent"`
-	Entity          *fileEntity    `yaml:"entity"`
-	KeyTemplate     string         `yaml:"key_template"`
-	ArgsSchema      map[string]any `yaml:"args_schema"`
-	Timeout         string         `yaml:"timeout"`
-	Retry           *fileRetry     `yaml:"retry"`
-	Lease           *fileLease     `yaml:"lease"`
-	Approval        *fileApproval  `yaml:"approval"`
-	Dedupe          *fileDedupe    `yaml:"dedupe"`
-	Adapter         *fileAdapter   `yaml:"adapter"`
-	Compensation    *Compensation  `yaml:"compensation"`
+	Description     string            `yaml:"description"`
+	SideEffectClass string            `yaml:"side_effect_class"`
+	Version         int               `yaml:"version"`
+	Intent          string            `yaml:"intent"`
+	Entity          *fileEntity       `yaml:"entity"`
+	KeyTemplate     string            `yaml:"key_template"`
+	ArgsSchema      map[string]any    `yaml:"args_schema"`
+	Timeout         string            `yaml:"timeout"`
+	Retry           *fileRetry        `yaml:"retry"`
+	Lease           *fileLease        `yaml:"lease"`
+	Approval        *fileApproval     `yaml:"approval"`
+	Dedupe          *fileDedupe       `yaml:"dedupe"`
+	Adapter         *fileAdapter      `yaml:"adapter"`
+	Compensation    *fileCompensation `yaml:"compensation"`
+}
+
+type fileCompensation struct {
+	Tool string            `yaml:"tool"`
+	Args map[string]string `yaml:"args"`
 }
 
 type fileEntity struct {
@@ -43,10 +53,10 @@ type fileEntity struct {
 }
 
 type fileRetry struct {
-	MaxAttempts    int     `yaml:"max_attempts"`
-	InitialBackoff string  `yaml:"initial_backoff"`
-	MaxBackoff     string  `yaml:"max_backoff"`
-	Jitter         float64 `yaml:"jitter"`
+	MaxAttempts    *int     `yaml:"max_attempts"`
+	InitialBackoff string   `yaml:"initial_backoff"`
+	MaxBackoff     string   `yaml:"max_backoff"`
+	Jitter         *float64 `yaml:"jitter"` // nil: the default, as when there is no retry section
 }
 
 type fileLease struct {
@@ -70,14 +80,26 @@ type fileAdapter struct {
 	Vendor            string            `yaml:"vendor"`
 	Method            string            `yaml:"method"`
 	Path              string            `yaml:"path"`
+	Body              *fileBody         `yaml:"body"`
 	Headers           map[string]string `yaml:"headers"`
+	SecretHeaders     map[string]string `yaml:"secret_headers"`
 	IdempotencyHeader string            `yaml:"idempotency_header"`
 	ReferenceHeader   string            `yaml:"reference_header"`
 	StatusOutcomes    map[string]string `yaml:"status_outcomes"`
 	ExternalIDPointer string            `yaml:"external_id_pointer"`
+	StatusPointer     string            `yaml:"status_pointer"`
+	PendingValues     []string          `yaml:"pending_values"`
+	SucceededValues   []string          `yaml:"succeeded_values"`
+	FailedValues      []string          `yaml:"failed_values"`
 	RequestIDHeader   string            `yaml:"request_id_header"`
+	RequestIDPointer  string            `yaml:"request_id_pointer"`
 	ReplayedHeader    string            `yaml:"replayed_header"`
 	Lookup            *fileLookup       `yaml:"lookup"`
+}
+
+type fileBody struct {
+	Encoding string         `yaml:"encoding"`
+	Fields   map[string]any `yaml:"fields"`
 }
 
 type fileLookup struct {
@@ -102,6 +124,16 @@ func (p *problems) add(field, format string, args ...any) {
 	p.list = append(p.list, Problem{Tool: p.tool, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
+// has reports whether field already has a problem.
+func (p *problems) has(field string) bool {
+	for _, had := range p.list {
+		if had.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
 func (p *problems) duration(field, s string, def time.Duration) time.Duration {
 	if s == "" {
 		return def
@@ -122,10 +154,20 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 	}
 	t := &Tool{Name: name, Description: ft.Description, Class: op.SideEffectClass(ft.SideEffectClass),
 		Version: ft.Version, Intent: ft.Intent}
-	if !t.Class.Valid() {
-		p.add("side_effect_class", "must be one of %v, got %q", op.Classes, ft.SideEffectClass)
+	classes := make([]string, len(op.Classes))
+	for i, c := range op.Classes {
+		classes[i] = string(c)
 	}
-	if t.Version < 1 {
+	switch {
+	case ft.SideEffectClass == "":
+		p.add("side_effect_class", "is required: one of %s", strings.Join(classes, ", "))
+	case !t.Class.Valid():
+		p.add("side_effect_class", "must be one of %s, got %q", strings.Join(classes, ", "), ft.SideEffectClass)
+	}
+	switch {
+	case ft.Version == 0:
+		p.add("version", "is required: an integer ≥ 1, part of every idempotency key")
+	case ft.Version < 1:
 		p.add("version", "must be an integer ≥ 1, got %d", ft.Version)
 	}
 	if t.Intent == "" {
@@ -146,7 +188,7 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 	// Idempotency key template.
 	if ft.KeyTemplate == "" {
 		// A read without a template is keyed by its tool and canonical args hash.
-		if t.Class != op.ClassPureRead {
+		if t.Class != op.ClassPureRead && t.Class.Valid() {
 			p.add("key_template", "is required for a %s tool", t.Class)
 		}
 	} else if tmpl, err := canon.ParseTemplate(ft.KeyTemplate); err != nil {
@@ -158,8 +200,11 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 
 	if ft.Entity != nil {
 		t.EntityType = ft.Entity.Type
-		if ft.Entity.Type == "" || ft.Entity.ID == "" {
-			p.add("entity", "needs both type and id")
+		if ft.Entity.Type == "" {
+			p.add("entity.type", "is required: the kind of business entity, e.g. order")
+		}
+		if ft.Entity.ID == "" {
+			p.add("entity.id", "is required: a template over the args, e.g. \"{order_id}\"")
 		} else if tmpl, err := canon.ParseTemplate(ft.Entity.ID); err != nil {
 			p.add("entity.id", "%v", err)
 		} else {
@@ -169,21 +214,27 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 	}
 
 	t.Timeout = p.duration("timeout", ft.Timeout, 10*time.Second)
-	if t.Timeout == 0 {
+	if t.Timeout == 0 && !p.has("timeout") {
 		p.add("timeout", "must be positive")
 	}
 
 	t.Retry = RetryPolicy{MaxAttempts: 1, InitialBackoff: 200 * time.Millisecond, MaxBackoff: 10 * time.Second, Jitter: 0.2}
 	if r := ft.Retry; r != nil {
-		t.Retry.MaxAttempts = r.MaxAttempts
 		t.Retry.InitialBackoff = p.duration("retry.initial_backoff", r.InitialBackoff, t.Retry.InitialBackoff)
 		t.Retry.MaxBackoff = p.duration("retry.max_backoff", r.MaxBackoff, t.Retry.MaxBackoff)
-		t.Retry.Jitter = r.Jitter
-		if r.MaxAttempts < 1 || r.MaxAttempts > 100 {
-			p.add("retry.max_attempts", "must be between 1 and 100, got %d", r.MaxAttempts)
+		switch {
+		case r.MaxAttempts == nil:
+			p.add("retry.max_attempts", "is required in a retry section: attempts in all, 1 to 100")
+		case *r.MaxAttempts < 1 || *r.MaxAttempts > 100:
+			p.add("retry.max_attempts", "must be between 1 and 100, got %d", *r.MaxAttempts)
+		default:
+			t.Retry.MaxAttempts = *r.MaxAttempts
 		}
-		if r.Jitter < 0 || r.Jitter > 1 {
-			p.add("retry.jitter", "must be between 0 and 1, got %v", r.Jitter)
+		if r.Jitter != nil {
+			t.Retry.Jitter = *r.Jitter
+			if *r.Jitter < 0 || *r.Jitter > 1 {
+				p.add("retry.jitter", "must be between 0 and 1, got %v", *r.Jitter)
+			}
 		}
 		if t.Retry.MaxBackoff < t.Retry.InitialBackoff {
 			p.add("retry.max_backoff", "must not be below retry.initial_backoff")
@@ -218,8 +269,10 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 	}
 
 	if d := ft.Dedupe; d != nil {
-		t.Dedupe.Window = p.duration("dedupe.window", d.Window, 0)
-		if t.Dedupe.Window <= 0 {
+		switch t.Dedupe.Window = p.duration("dedupe.window", d.Window, 0); {
+		case d.Window == "":
+			p.add("dedupe.window", "is required: a positive duration such as 24h")
+		case t.Dedupe.Window == 0 && !p.has("dedupe.window"):
 			p.add("dedupe.window", "must be a positive duration")
 		}
 		if tmpl, err := canon.ParseTemplate(d.KeyTemplate); err != nil {
@@ -230,7 +283,7 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 		}
 	}
 
-	p.adapter(t, ft.Adapter, opts)
+	p.adapter(t, ft.Adapter, ft.ArgsSchema, opts)
 
 	if c := ft.Compensation; c != nil {
 		if c.Tool == "" {
@@ -239,17 +292,40 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 		if t.Class == op.ClassPureRead {
 			p.add("compensation", "a pure_read tool has nothing to compensate")
 		}
-		for arg, tmpl := range c.Args {
-			if _, err := canon.ParseTemplate(tmpl); err != nil {
+		for _, arg := range sortedKeys(c.Args) {
+			tmpl, err := canon.ParseTemplate(c.Args[arg])
+			if err != nil {
 				p.add("compensation.args."+arg, "%v", err)
+				continue
+			}
+			for _, f := range tmpl.Fields() {
+				if !compensationFields[f] && !schemaHasField(ft.ArgsSchema, f, "") {
+					p.add("compensation.args."+arg, "placeholder {%s} is neither a top-level property of args_schema "+
+						"nor external_object_id, external_request_id or operation_id", f)
+				} else if strings.Contains(f, ".") {
+					p.add("compensation.args."+arg, "placeholder {%s}: compensation templates read top-level arguments only", f)
+				}
 			}
 		}
-		t.Compensation = c
+		t.Compensation = &Compensation{Tool: c.Tool, Args: c.Args}
 	}
 	return t, p.list
 }
 
-func (p *problems) adapter(t *Tool, fa *fileAdapter, opts Options) {
+// compensationFields are the placeholders a compensation template may use
+// besides the original's arguments.
+var compensationFields = map[string]bool{"external_object_id": true, "external_request_id": true, "operation_id": true}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (p *problems) adapter(t *Tool, fa *fileAdapter, args map[string]any, opts Options) {
 	if fa == nil {
 		p.add("adapter", "is required")
 		return
@@ -276,10 +352,16 @@ func (p *problems) adapter(t *Tool, fa *fileAdapter, opts Options) {
 		p.add("adapter.idempotency_header", "an external_idempotent tool must pass our key to the vendor")
 	}
 	cfg := httpadapter.Config{
-		Method: fa.Method, URL: strings.TrimRight(base, "/") + fa.Path, Headers: fa.Headers,
+		Method: fa.Method, URL: strings.TrimRight(base, "/") + fa.Path, Headers: fa.Headers, SecretHeaders: fa.SecretHeaders,
 		IdempotencyHeader: fa.IdempotencyHeader, ReferenceHeader: fa.ReferenceHeader, Timeout: t.Timeout,
-		ExternalIDPointer: fa.ExternalIDPointer, RequestIDHeader: fa.RequestIDHeader, ReplayedHeader: fa.ReplayedHeader,
+		ExternalIDPointer: fa.ExternalIDPointer, StatusPointer: fa.StatusPointer, PendingValues: fa.PendingValues,
+		FailedValues: fa.FailedValues, SucceededValues: fa.SucceededValues,
+		RequestIDHeader: fa.RequestIDHeader, RequestIDPointer: fa.RequestIDPointer, ReplayedHeader: fa.ReplayedHeader,
 		Secret: opts.Secret,
+	}
+	p.statusValues("adapter.", fa.StatusPointer, fa.PendingValues, fa.FailedValues, fa.SucceededValues)
+	if b := fa.Body; b != nil {
+		cfg.Body = &httpadapter.BodyConfig{Encoding: b.Encoding, Fields: b.Fields}
 	}
 	if len(fa.StatusOutcomes) > 0 {
 		cfg.StatusOutcomes = map[string]op.Outcome{}
@@ -291,7 +373,7 @@ func (p *problems) adapter(t *Tool, fa *fileAdapter, opts Options) {
 		if !strings.HasPrefix(l.Path, "/") {
 			p.add("adapter.lookup.path", "must start with /, got %q", l.Path)
 		}
-		p.lookupValues(l)
+		p.statusValues("adapter.lookup.", l.StatusPointer, l.PendingValues, l.FailedValues, l.SucceededValues)
 		cfg.Lookup = &httpadapter.LookupConfig{
 			Method: l.Method, URL: strings.TrimRight(base, "/") + l.Path, FoundStatus: l.FoundStatus,
 			NotFoundStatus: l.NotFoundStatus, ExternalIDPointer: l.ExternalIDPointer,
@@ -301,30 +383,106 @@ func (p *problems) adapter(t *Tool, fa *fileAdapter, opts Options) {
 	} else if t.Class == op.ClassExternalIrreversible || t.Class == op.ClassExternalNonIdempotent {
 		p.add("adapter.lookup", "a %s tool needs a lookup so ambiguous outcomes can be reconciled", t.Class)
 	}
-	if base != "" {
-		// Validate the whole adapter config the way it will be used.
-		if _, err := httpadapter.New(cfg, nil); err != nil {
-			p.configError(err)
-		}
-	}
 	t.Adapter.HTTP = cfg
+	if base != "" {
+		p.checkAdapter(cfg, args)
+	}
 }
 
-// lookupValues reports every problem with the lookup's status value lists,
-// each under its own field: httpadapter.New stops at the first.
-func (p *problems) lookupValues(l *fileLookup) {
+// checkAdapter validates cfg the way it will be used, then checks that its
+// templates read only arguments. httpadapter.New stops at its first problem,
+// so when cfg fails, each part of it is also tried on its own: every
+// problem comes out at once.
+func (p *problems) checkAdapter(cfg httpadapter.Config, args map[string]any) {
+	var placeholders []httpadapter.Placeholder
+	if a, err := httpadapter.New(cfg, nil); err == nil {
+		placeholders = a.Placeholders()
+	} else {
+		p.configError(err)
+		const elsewhere = "http://vendor.invalid/" // stands in for the URL while another part is tried
+		base := httpadapter.Config{URL: elsewhere, Method: cfg.Method, Timeout: cfg.Timeout}
+		if _, err := httpadapter.New(base, nil); err != nil {
+			base.Method, base.Timeout = "", 0 // reported above
+		}
+		var parts []httpadapter.Config
+		part := func(edit func(*httpadapter.Config)) {
+			c := base
+			edit(&c)
+			parts = append(parts, c)
+		}
+		part(func(c *httpadapter.Config) { c.URL = cfg.URL })
+		keyHeaders := func(c *httpadapter.Config) {
+			c.IdempotencyHeader, c.ReferenceHeader, c.Secret = cfg.IdempotencyHeader, cfg.ReferenceHeader, cfg.Secret
+		}
+		for _, name := range sortedKeys(cfg.Headers) {
+			part(func(c *httpadapter.Config) { keyHeaders(c); c.Headers = map[string]string{name: cfg.Headers[name]} })
+		}
+		for _, name := range sortedKeys(cfg.SecretHeaders) {
+			part(func(c *httpadapter.Config) {
+				keyHeaders(c)
+				c.SecretHeaders = map[string]string{name: cfg.SecretHeaders[name]}
+			})
+		}
+		part(func(c *httpadapter.Config) {
+			keyHeaders(c)
+			c.Headers, c.SecretHeaders = cfg.Headers, cfg.SecretHeaders
+		})
+		if b := cfg.Body; b != nil {
+			for _, name := range sortedKeys(b.Fields) {
+				part(func(c *httpadapter.Config) {
+					c.Body = &httpadapter.BodyConfig{Encoding: b.Encoding, Fields: map[string]any{name: b.Fields[name]}}
+				})
+			}
+			part(func(c *httpadapter.Config) { c.Body = b })
+		}
+		for _, code := range sortedKeys(cfg.StatusOutcomes) {
+			part(func(c *httpadapter.Config) { c.StatusOutcomes = map[string]op.Outcome{code: cfg.StatusOutcomes[code]} })
+		}
+		part(func(c *httpadapter.Config) {
+			c.ExternalIDPointer, c.RequestIDPointer, c.StatusPointer = cfg.ExternalIDPointer, cfg.RequestIDPointer, cfg.StatusPointer
+			c.PendingValues, c.FailedValues, c.SucceededValues = cfg.PendingValues, cfg.FailedValues, cfg.SucceededValues
+		})
+		part(func(c *httpadapter.Config) {
+			c.RequestIDHeader, c.ReplayedHeader = cfg.RequestIDHeader, cfg.ReplayedHeader
+		})
+		part(func(c *httpadapter.Config) { c.Lookup = cfg.Lookup })
+		for _, part := range parts {
+			a, err := httpadapter.New(part, nil)
+			if err != nil {
+				p.configError(err)
+				continue
+			}
+			placeholders = append(placeholders, a.Placeholders()...)
+		}
+	}
+	seen := map[httpadapter.Placeholder]bool{}
+	for _, ph := range placeholders {
+		if seen[ph] {
+			continue
+		}
+		seen[ph] = true
+		if !schemaHasField(args, ph.Arg, "") {
+			p.add(registryField(ph.Field), "placeholder {%s} is not a property of args_schema", ph.Arg)
+		}
+	}
+}
+
+// statusValues reports every problem with a status pointer's value lists,
+// each under its own field (prefix "adapter." or "adapter.lookup."):
+// httpadapter.New stops at the first.
+func (p *problems) statusValues(prefix, pointer string, pending, failed, succeeded []string) {
 	lists := []struct {
 		field  string
 		values []string
 	}{
-		{"adapter.lookup.pending_values", l.PendingValues},
-		{"adapter.lookup.failed_values", l.FailedValues},
-		{"adapter.lookup.succeeded_values", l.SucceededValues},
+		{prefix + "pending_values", pending},
+		{prefix + "failed_values", failed},
+		{prefix + "succeeded_values", succeeded},
 	}
 	seen := map[string]string{} // value -> field of the first list holding it
 	for _, list := range lists {
-		if len(list.values) > 0 && l.StatusPointer == "" {
-			p.add(list.field, "needs adapter.lookup.status_pointer")
+		if len(list.values) > 0 && pointer == "" {
+			p.add(list.field, "needs %sstatus_pointer", prefix)
 		}
 		for _, v := range list.values {
 			if v == "" {
@@ -340,17 +498,72 @@ func (p *problems) lookupValues(l *fileLookup) {
 	}
 }
 
-// configFields maps httpadapter.ConfigError fields to registry fields.
+// configFields maps httpadapter.Config fields to registry fields.
 var configFields = map[string]string{
-	"Method": "adapter.method", "URL": "adapter.path", "Headers": "adapter.headers",
+	"Method": "adapter.method", "URL": "adapter.path", "Body": "adapter.body", "Body.Encoding": "adapter.body.encoding",
+	"Body.Fields": "adapter.body.fields", "Headers": "adapter.headers", "SecretHeaders": "adapter.secret_headers",
 	"IdempotencyHeader": "adapter.idempotency_header", "ReferenceHeader": "adapter.reference_header",
-	"RequestIDHeader": "adapter.request_id_header", "ReplayedHeader": "adapter.replayed_header",
-	"Timeout": "timeout", "StatusOutcomes": "adapter.status_outcomes", "ExternalIDPointer": "adapter.external_id_pointer",
-	"Lookup.Method": "adapter.lookup.method", "Lookup.URL": "adapter.lookup.path",
+	"RequestIDHeader": "adapter.request_id_header", "RequestIDPointer": "adapter.request_id_pointer",
+	"ReplayedHeader": "adapter.replayed_header", "Timeout": "timeout", "StatusOutcomes": "adapter.status_outcomes",
+	"ExternalIDPointer": "adapter.external_id_pointer", "StatusPointer": "adapter.status_pointer",
+	"PendingValues": "adapter.pending_values", "FailedValues": "adapter.failed_values",
+	"SucceededValues": "adapter.succeeded_values",
+	"Lookup.Method":   "adapter.lookup.method", "Lookup.URL": "adapter.lookup.path",
 	"Lookup.FoundStatus": "adapter.lookup.found_status", "Lookup.NotFoundStatus": "adapter.lookup.not_found_status",
 	"Lookup.ExternalIDPointer": "adapter.lookup.external_id_pointer", "Lookup.StatusPointer": "adapter.lookup.status_pointer",
 	"Lookup.PendingValues": "adapter.lookup.pending_values", "Lookup.FailedValues": "adapter.lookup.failed_values",
 	"Lookup.SucceededValues": "adapter.lookup.succeeded_values",
+}
+
+// configName matches a Config field as httpadapter spells it in
+// ConfigError.Field and Reason: Lookup.StatusPointer, Headers["X-Key"],
+// Body.Fields["a"]["b"][0].
+var configName = regexp.MustCompile(`(?:Lookup\.|Body\.)?[A-Z][A-Za-z]*(?:\["(?:[^"\\]|\\.)*"\]|\[[0-9]+\])*`)
+
+// registryField spells a Config field the way the registry file does:
+// Headers["X-Key"] is adapter.headers.X-Key, Body.Fields["a"][0] is
+// adapter.body.fields.a[0]. It returns "" for a name it does not know.
+func registryField(name string) string {
+	base, keys, _ := strings.Cut(name, "[")
+	field, ok := configFields[base]
+	if !ok {
+		return ""
+	}
+	if keys == "" {
+		return field
+	}
+	for rest := "[" + keys; rest != ""; {
+		if q, err := strconv.QuotedPrefix(rest[1:]); err == nil && strings.HasPrefix(rest[1+len(q):], "]") {
+			key, _ := strconv.Unquote(q)
+			field += "." + key // ["X-Key"]
+			rest = rest[len(q)+2:]
+			continue
+		}
+		end := strings.IndexByte(rest, ']')
+		if end < 0 {
+			return field
+		}
+		field += rest[:end+1] // [0]
+		rest = rest[end+1:]
+	}
+	return field
+}
+
+// userTerms rewrites the Config field names in an httpadapter reason in the
+// registry's terms (a reason about a lookup may name a lookup field without
+// its Lookup. prefix).
+func userTerms(reason string, lookup bool) string {
+	return configName.ReplaceAllStringFunc(reason, func(name string) string {
+		if f := registryField(name); f != "" {
+			return f
+		}
+		if lookup {
+			if f := registryField("Lookup." + name); f != "" {
+				return f
+			}
+		}
+		return name
+	})
 }
 
 // configError reports an httpadapter.New error under the registry field it
@@ -362,35 +575,33 @@ func (p *problems) configError(err error) {
 		p.add("adapter", "%v", err)
 		return
 	}
-	name, key, _ := strings.Cut(ce.Field, "[") // Headers["X-Key"], StatusOutcomes["409"]
-	field, ok := configFields[name]
-	if !ok {
+	field := registryField(ce.Field)
+	if field == "" {
 		p.add("adapter", "%v", err)
 		return
 	}
+	base, _, _ := strings.Cut(ce.Field, "[")
 	for _, had := range p.list {
-		if had.Field == field {
+		if had.Field == field || had.Field == configFields[base] {
 			return
 		}
 	}
-	if key != "" {
-		p.add(field, "[%s: %s", key, ce.Reason)
-		return
-	}
-	p.add(field, "%s", ce.Reason)
+	p.add(field, "%s", userTerms(ce.Reason, strings.HasPrefix(ce.Field, "Lookup.")))
 }
 
-// checkFields reports template placeholders that are not arguments.
+// checkFields reports key template placeholders that are not arguments
+// ({_args_hash} is computed, not an argument).
 func (p *problems) checkFields(field string, tmpl *canon.Template, schema map[string]any) {
 	for _, f := range tmpl.Fields() {
-		if !schemaHasField(schema, f, "") {
+		if f != canon.ArgsHashField && !schemaHasField(schema, f, "") {
 			p.add(field, "placeholder {%s} is not a property of args_schema", f)
 		}
 	}
 }
 
 // schemaHasField reports whether the dotted path names a property of the
-// object schema, of the given JSON type when typ is not "".
+// object schema, of the given JSON type when typ is not "". A numeric
+// segment ("items.0.sku") names an element of an array schema's items.
 func schemaHasField(schema map[string]any, path, typ string) bool {
 	cur := schema
 	parts := strings.Split(path, ".")
@@ -398,7 +609,12 @@ func schemaHasField(schema map[string]any, path, typ string) bool {
 		props, _ := cur["properties"].(map[string]any)
 		next, ok := props[part].(map[string]any)
 		if !ok {
-			return false
+			if _, err := strconv.ParseUint(part, 10, 32); err == nil {
+				next, ok = cur["items"].(map[string]any)
+			}
+			if !ok {
+				return false
+			}
 		}
 		if i == len(parts)-1 {
 			return typ == "" || next["type"] == typ

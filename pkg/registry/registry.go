@@ -5,19 +5,21 @@
 //
 // The registry is the only authority on how a tool may be executed. Hints
 // from outside (an MCP client's annotations, a model's claims) never override
-// it. Loading validates everything and reports every problem with the tool
-// and field; a registry with problems is never returned.
+// it. Loading validates everything and reports every problem with its file,
+// line, tool and field, in the file's terms; a registry with problems is
+// never returned. docs/registry.md is the reference for the file, and
+// schema/registry.schema.json its JSON Schema; tests keep both in step with
+// the yaml tags of the file structs in file.go.
 package registry
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -113,7 +115,8 @@ type AdapterSpec struct {
 type Compensation struct {
 	Tool string
 	// Args maps each compensation argument to a template over the original
-	// operation: {field} of its args, {external_object_id}, {operation_id}.
+	// operation: {field} of its top-level args, {external_object_id},
+	// {external_request_id}, {operation_id}.
 	Args map[string]string
 }
 
@@ -151,21 +154,40 @@ func (r *Registry) Tool(name string) (*Tool, error) {
 	return t, nil
 }
 
-// Problem is one thing wrong with a registry.
+// Problem is one thing wrong with a registry, in the registry file's terms.
 type Problem struct {
-	Tool  string // "" for the document itself
+	// File is the source's name (its path); "" when it has none.
+	File string
+	// Line is the 1-based line the problem is about; 0 when unknown.
+	Line int
+	// Tool is the tool's name; "" for the document itself.
+	Tool string
+	// Field is the dotted path of the field within the tool (or the
+	// document), e.g. "retry.max_attempts"; "" for the tool itself.
 	Field string
 	Msg   string
 }
 
+// String renders the problem as
+// "file:line: tool name: field: message", leaving out what is unknown.
 func (p Problem) String() string {
+	var b strings.Builder
 	switch {
-	case p.Tool == "":
-		return p.Field + ": " + p.Msg
-	case p.Field == "":
-		return "tool " + p.Tool + ": " + p.Msg
+	case p.File != "" && p.Line > 0:
+		fmt.Fprintf(&b, "%s:%d: ", p.File, p.Line)
+	case p.File != "":
+		b.WriteString(p.File + ": ")
+	case p.Line > 0:
+		fmt.Fprintf(&b, "line %d: ", p.Line)
 	}
-	return "tool " + p.Tool + ": " + p.Field + ": " + p.Msg
+	if p.Tool != "" {
+		b.WriteString("tool " + p.Tool + ": ")
+	}
+	if p.Field != "" {
+		b.WriteString(p.Field + ": ")
+	}
+	b.WriteString(p.Msg)
+	return b.String()
 }
 
 // LoadError lists every problem found while loading. It matches op.ErrInvalid.
@@ -193,8 +215,9 @@ type Options struct {
 	Vendors map[string]string
 	// VendorURL is asked for a vendor missing from Vendors; may be nil.
 	VendorURL func(vendor string) (string, bool)
-	// Secret resolves ${NAME} references in adapter header values; nil makes
-	// any such reference a problem.
+	// Secret resolves the ${NAME} references in adapter.secret_headers; nil
+	// makes any such reference a problem. Resolved values never appear in a
+	// Problem.
 	Secret func(name string) (string, bool)
 }
 
@@ -273,65 +296,75 @@ func Load(data []byte, opts Options) (*Registry, error) {
 
 // LoadSources parses and validates a registry made of several documents:
 // together they define the tools, and a tool defined in two of them is a
-// problem. All problems are reported together in a *LoadError.
+// problem. All problems are reported together in a *LoadError, in file and
+// line order, each naming its source when the source has a name.
 func LoadSources(srcs []Source, opts Options) (*Registry, error) {
 	var probs []Problem
-	tools := map[string]*fileTool{}
-	from := map[string]string{}
-	for _, src := range srcs {
-		prefix := ""
-		if src.Name != "" && len(srcs) > 1 {
-			prefix = src.Name + ": "
-		}
-		var doc fileDoc
-		dec := yaml.NewDecoder(bytes.NewReader(src.Data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&doc); err != nil {
-			probs = append(probs, Problem{Field: prefix + "document", Msg: yamlMessage(err)})
+	tools := map[string]sourceTool{}
+	fileOrder := map[string]int{}
+	for i, src := range srcs {
+		fileOrder[src.Name] = i
+		dec, dp := decodeSource(src)
+		probs = append(probs, dp...)
+		if dec == nil {
 			continue
 		}
-		if doc.Version != 1 {
-			probs = append(probs, Problem{Field: prefix + "version", Msg: fmt.Sprintf("must be 1, got %d", doc.Version)})
+		if dec.doc.Version != 1 && !slices.Contains(dec.shadow[""], "version") {
+			pr := Problem{File: src.Name, Field: "version", Msg: fmt.Sprintf("must be 1, got %d", dec.doc.Version)}
+			if e, ok := lookupKey(dec.root, "version"); ok {
+				pr.Line = e.key.Line
+			} else {
+				pr.Msg = "is required: write version: 1 at the top of the file"
+			}
+			probs = append(probs, pr)
 		}
-		for name, ft := range doc.Tools {
-			if other, dup := from[name]; dup {
-				probs = append(probs, Problem{Tool: name, Msg: fmt.Sprintf("defined in both %s and %s", other, src.Name)})
+		for _, name := range dec.order {
+			node := dec.tools[name]
+			if other, dup := tools[name]; dup {
+				probs = append(probs, Problem{File: src.Name, Line: node.key.Line, Tool: name,
+					Msg: fmt.Sprintf("also defined in %s (line %d)", other.file, other.node.key.Line)})
 				continue
 			}
-			tools[name], from[name] = ft, src.Name
+			tools[name] = sourceTool{ft: dec.doc.Tools[name], file: src.Name, node: node, dec: dec}
 		}
 	}
 	if len(tools) == 0 && len(probs) == 0 {
 		probs = append(probs, Problem{Field: "tools", Msg: "at least one tool is required"})
 	}
 	reg := &Registry{tools: map[string]*Tool{}}
-	for name, ft := range tools {
+	for name, f := range tools {
 		if !toolName.MatchString(name) {
-			probs = append(probs, Problem{Tool: name, Msg: "name must match " + toolName.String()})
+			probs = append(probs, Problem{File: f.file, Line: f.node.key.Line, Tool: name,
+				Msg: "a tool name must be lower-case letters, digits and _, start with a letter and be at most 64 long (" + toolName.String() + ")"})
 			continue
 		}
-		t, tp := ft.compile(name, opts)
-		probs = append(probs, tp...)
+		t, tp := f.ft.compile(name, opts)
+		for _, pr := range tp {
+			if shadowed(pr.Field, f.dec.shadow[name]) {
+				continue // the decoder already reported this field
+			}
+			pr.File, pr.Line = f.file, fieldLine(f.node, pr.Field)
+			probs = append(probs, pr)
+		}
 		if len(tp) == 0 {
 			reg.tools[name] = t
 			reg.names = append(reg.names, name)
 		}
 	}
-	// Compensation playbooks must name a registered tool.
-	for name, ft := range tools {
-		if ft != nil && ft.Compensation != nil {
-			if _, ok := tools[ft.Compensation.Tool]; !ok {
-				probs = append(probs, Problem{Tool: name, Field: "compensation.tool",
-					Msg: fmt.Sprintf("names unregistered tool %q", ft.Compensation.Tool)})
-			}
-		}
-	}
+	probs = append(probs, compensationProblems(tools)...)
 	if len(probs) > 0 {
 		sort.SliceStable(probs, func(i, j int) bool {
-			if probs[i].Tool != probs[j].Tool {
-				return probs[i].Tool < probs[j].Tool
+			a, b := probs[i], probs[j]
+			if fa, fb := fileOrder[a.File], fileOrder[b.File]; fa != fb {
+				return fa < fb
 			}
-			return probs[i].Field < probs[j].Field
+			if a.Line != b.Line {
+				return a.Line < b.Line
+			}
+			if a.Tool != b.Tool {
+				return a.Tool < b.Tool
+			}
+			return a.Field < b.Field
 		})
 		return nil, &LoadError{Problems: probs}
 	}
@@ -339,10 +372,75 @@ func LoadSources(srcs []Source, opts Options) (*Registry, error) {
 	return reg, nil
 }
 
-func yamlMessage(err error) string {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		return strings.Join(te.Errors, "; ")
+// sourceTool is a tool as decoded from its source, before compiling.
+type sourceTool struct {
+	ft   *fileTool
+	file string // the source's name
+	node toolNode
+	dec  *decoded
+}
+
+// compensationProblems checks the playbooks across tools: each names a tool
+// of the registry, and only that tool's arguments.
+func compensationProblems(tools map[string]sourceTool) []Problem {
+	var probs []Problem
+	for name, f := range tools {
+		if f.ft == nil || f.ft.Compensation == nil || f.ft.Compensation.Tool == "" {
+			continue
+		}
+		c := f.ft.Compensation
+		target, ok := tools[c.Tool]
+		if !ok {
+			probs = append(probs, Problem{File: f.file, Line: fieldLine(f.node, "compensation.tool"), Tool: name,
+				Field: "compensation.tool", Msg: fmt.Sprintf("names unregistered tool %q", c.Tool)})
+			continue
+		}
+		if target.ft == nil || target.ft.ArgsSchema == nil {
+			continue // its own problem says why
+		}
+		for _, arg := range sortedKeys(c.Args) {
+			if !schemaHasField(target.ft.ArgsSchema, arg, "") {
+				field := "compensation.args." + arg
+				probs = append(probs, Problem{File: f.file, Line: fieldLine(f.node, field), Tool: name, Field: field,
+					Msg: fmt.Sprintf("tool %s has no argument %s in its args_schema", c.Tool, arg)})
+			}
+		}
 	}
-	return err.Error()
+	return probs
+}
+
+// shadowed reports whether field is one of fields or inside one ("" is the
+// whole tool).
+func shadowed(field string, fields []string) bool {
+	for _, f := range fields {
+		if f == "" || field == f || strings.HasPrefix(field, f+".") || strings.HasPrefix(field, f+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+// fieldLine is the line where a tool's field is written: the deepest key
+// of its dotted path found in the file, else the tool's name.
+func fieldLine(tn toolNode, field string) int {
+	line := tn.key.Line
+	n := resolve(tn.value)
+	if field == "" {
+		return line
+	}
+	for _, seg := range strings.Split(field, ".") {
+		if n == nil || n.Kind != yaml.MappingNode {
+			break
+		}
+		e, ok := lookupKey(n, seg) // a key may hold brackets: metadata[order_id]
+		if !ok {
+			name, _, _ := strings.Cut(seg, "[") // or they index a list: pending_values[2]
+			if e, ok = lookupKey(n, name); !ok {
+				break
+			}
+		}
+		line = e.key.Line
+		n = resolve(e.value)
+	}
+	return line
 }

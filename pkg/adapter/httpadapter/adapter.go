@@ -17,6 +17,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/opledger/opledger/pkg/adapter"
 	"github.com/opledger/opledger/pkg/op"
@@ -38,13 +39,49 @@ const (
 	// CategoryUnexpectedStatus: a status outside 4xx/5xx that did not map to
 	// a positive outcome (a 3xx, or a 2xx the operator mapped otherwise).
 	CategoryUnexpectedStatus = "unexpected_status"
-	// CategoryUnrecognizedValue (lookups only): the found body's vendor
-	// status is in none of the configured value lists.
+	// CategoryUnrecognizedValue: the vendor status in a body (a call's 2xx
+	// or a lookup's found record) is in none of the configured value lists.
 	CategoryUnrecognizedValue = "unrecognized_value"
+	// CategoryFailedStatus: a 2xx whose body's vendor status is one of the
+	// configured failed values (Config.FailedValues).
+	CategoryFailedStatus = "failed_status"
 )
 
 // maxResponse bounds how much of a response body is read.
 const maxResponse = 1 << 20
+
+// MaxVendorID is the longest object or request id, in bytes, that the adapter
+// accepts from a vendor. A longer one, or one that is not valid UTF-8 or
+// holds a control character (U+0000–U+001F, U+007F), makes the response
+// malformed: it is never returned, so never stored.
+const MaxVendorID = 255
+
+// boundedID reports whether a vendor-supplied id may be returned and stored.
+func boundedID(s string) bool {
+	if len(s) > MaxVendorID || !utf8.ValidString(s) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// vendorID reads the id at ptr in doc: "" when there is none (or it is not a
+// string, number or boolean); false when there is one but it is out of
+// bounds.
+func vendorID(doc any, ptr []string) (string, bool) {
+	s, ok := scalarString(walk(doc, ptr))
+	if !ok {
+		return "", true
+	}
+	if !boundedID(s) {
+		return "", false
+	}
+	return s, true
+}
 
 // Call sends the request and classifies what happened. It never returns an
 // error: transport failures become outcomes (see the package doc), statuses
@@ -62,12 +99,20 @@ func (a *Adapter) call(ctx context.Context, req adapter.Request) adapter.Result 
 		return adapter.Result{Outcome: op.OutcomePermanent, ErrorCategory: CategoryClientError, Error: "request not sent: " + err.Error()}
 	}
 	var body []byte
-	if a.method != http.MethodGet {
+	contentType := contentTypeJSON
+	switch {
+	case a.method == http.MethodGet:
+	case a.body != nil:
+		if body, err = a.body.render(req); err != nil {
+			return adapter.Result{Outcome: op.OutcomePermanent, ErrorCategory: CategoryClientError, Error: "request not sent: " + err.Error()}
+		}
+		contentType = a.body.contentType
+	default:
 		body = req.Args
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel() // also bounds reading the body below
-	resp, w, err := a.send(ctx, a.method, u, body, req, true)
+	resp, w, err := a.send(ctx, a.method, u, body, contentType, req, true)
 	if err != nil {
 		return transportFailure(err, w)
 	}
@@ -78,20 +123,25 @@ func (a *Adapter) call(ctx context.Context, req adapter.Request) adapter.Result 
 // classify turns a response into a Result.
 func (a *Adapter) classify(resp *http.Response) adapter.Result {
 	code := resp.StatusCode
+	httpStatus := "HTTP " + strconv.Itoa(code)
 	res := adapter.Result{HTTPStatus: code, Outcome: a.outcomeFor(code)}
-	if a.requestIDHdr != "" {
-		res.ExternalRequestID = resp.Header.Get(a.requestIDHdr)
-	}
 	if a.replayedHeader != "" {
 		res.Replayed = strings.EqualFold(strings.TrimSpace(resp.Header.Get(a.replayedHeader)), "true")
 	}
 	if v := resp.Header.Get("Retry-After"); v != "" {
 		res.RetryAfter = parseRetryAfter(v, time.Now())
 	}
+	if a.requestIDHdr != "" {
+		v := resp.Header.Get(a.requestIDHdr)
+		if !boundedID(v) {
+			return malformed(res, httpStatus+" with a request id header that is too long or not plain text")
+		}
+		res.ExternalRequestID = v
+	}
 	body, readErr := readBody(resp.Body)
 
 	if positive(res.Outcome) {
-		if a.idPointer == nil {
+		if a.idPointer == nil && a.status == nil && a.requestIDPointer == nil {
 			return res
 		}
 		// A 2xx means the vendor acted; if we cannot read its answer we do not
@@ -99,27 +149,82 @@ func (a *Adapter) classify(resp *http.Response) adapter.Result {
 		strict := code/100 == 2
 		if readErr != nil {
 			if strict {
-				return malformed(res, "HTTP "+strconv.Itoa(code)+" but the response body could not be read")
+				return malformed(res, httpStatus+" but the response body could not be read")
 			}
 			return res
 		}
 		doc, err := parseJSON(body)
 		if err != nil {
 			if strict {
-				return malformed(res, "HTTP "+strconv.Itoa(code)+" with a response body that is not JSON")
+				return malformed(res, httpStatus+" with a response body that is not JSON")
 			}
 			return res
 		}
-		if id, ok := scalarString(walk(doc, a.idPointer)); ok {
+		if a.requestIDPointer != nil {
+			id, ok := vendorID(doc, a.requestIDPointer)
+			if !ok {
+				return malformed(res, httpStatus+" with a request id in the body that is too long or not plain text")
+			}
+			if id != "" {
+				res.ExternalRequestID = id
+			}
+		}
+		if a.idPointer != nil {
+			id, ok := vendorID(doc, a.idPointer)
+			if !ok {
+				return malformed(res, httpStatus+" with an object id that is too long or not plain text")
+			}
 			res.ExternalObjectID = id
+		}
+		if a.status != nil && strict {
+			return a.bodyStatus(res, doc)
 		}
 		return res
 	}
 
+	if a.requestIDPointer != nil && readErr == nil {
+		if doc, err := parseJSON(body); err == nil {
+			id, ok := vendorID(doc, a.requestIDPointer)
+			if !ok {
+				return malformed(res, httpStatus+" with a request id in the body that is too long or not plain text")
+			}
+			if id != "" {
+				res.ExternalRequestID = id
+			}
+		}
+	}
 	res.ErrorCategory = categoryFor(code)
-	res.Error = "vendor answered HTTP " + strconv.Itoa(code)
+	res.Error = "vendor answered " + httpStatus
 	if c := vendorCode(body); c != "" {
 		res.Error += " (" + c + ")"
+	}
+	return res
+}
+
+// bodyStatus lets the vendor status in a positive 2xx body refine res: a
+// pending status makes it acknowledged, a failed one permanent, an
+// unrecognised one unknown; a succeeded status keeps it.
+func (a *Adapter) bodyStatus(res adapter.Result, doc any) adapter.Result {
+	httpStatus := "HTTP " + strconv.Itoa(res.HTTPStatus)
+	st, ok := scalarString(walk(doc, a.status.pointer))
+	if !ok || st == "" {
+		return malformed(res, httpStatus+" without a status at the configured pointer")
+	}
+	quoted := "a status"
+	if safeToken(st) {
+		quoted = "status " + strconv.Quote(st)
+	}
+	switch a.status.classify(st) {
+	case statusPending:
+		res.Outcome = op.OutcomeAcknowledged
+	case statusFailed:
+		res.Outcome = op.OutcomePermanent
+		res.ErrorCategory = CategoryFailedStatus
+		res.Error = "vendor answered " + httpStatus + " with failed " + quoted
+	case statusUnrecognized:
+		res.Outcome = op.OutcomeUnknown
+		res.ErrorCategory = CategoryUnrecognizedValue
+		res.Error = "vendor answered " + httpStatus + " with " + quoted + " that is not a configured pending, failed or succeeded value"
 	}
 	return res
 }
@@ -218,7 +323,7 @@ func (a *Adapter) Lookup(ctx context.Context, req adapter.Request) (adapter.Look
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	resp, _, err := a.send(ctx, l.method, u, body, req, false)
+	resp, _, err := a.send(ctx, l.method, u, body, contentTypeJSON, req, false)
 	if err != nil {
 		cat := CategoryConnection
 		if isTimeout(err) {
@@ -237,7 +342,7 @@ func (a *Adapter) Lookup(ctx context.Context, req adapter.Request) (adapter.Look
 		return adapter.LookupResult{HTTPStatus: code}, &LookupError{HTTPStatus: code, Category: categoryFor(code),
 			Reason: "vendor answered HTTP " + strconv.Itoa(code)}
 	}
-	if l.idPointer == nil && l.statusPointer == nil {
+	if l.idPointer == nil && l.status == nil {
 		return adapter.LookupResult{HTTPStatus: code, Found: true, Outcome: op.OutcomeSuccess}, nil
 	}
 	fail := func(category, reason string) (adapter.LookupResult, error) {
@@ -253,23 +358,26 @@ func (a *Adapter) Lookup(ctx context.Context, req adapter.Request) (adapter.Look
 	}
 	out := adapter.LookupResult{HTTPStatus: code, Found: true, Outcome: op.OutcomeSuccess}
 	if l.idPointer != nil {
-		id, ok := scalarString(walk(doc, l.idPointer))
-		if !ok || id == "" {
+		id, ok := vendorID(doc, l.idPointer)
+		if !ok {
+			return fail(CategoryMalformedResponse, "found response has an object id that is too long or not plain text")
+		}
+		if id == "" {
 			return fail(CategoryMalformedResponse, "found response has no object id at the configured pointer")
 		}
 		out.ExternalObjectID = id
 	}
-	if l.statusPointer != nil {
-		st, ok := scalarString(walk(doc, l.statusPointer))
+	if l.status != nil {
+		st, ok := scalarString(walk(doc, l.status.pointer))
 		if !ok || st == "" {
 			return fail(CategoryMalformedResponse, "found response has no status at the configured pointer")
 		}
-		switch {
-		case slices.Contains(l.pendingValues, st):
+		switch l.status.classify(st) {
+		case statusPending:
 			out.Outcome = op.OutcomeAcknowledged
-		case slices.Contains(l.failedValues, st):
+		case statusFailed:
 			out.Outcome = op.OutcomePermanent
-		case len(l.succeededValues) == 0 || slices.Contains(l.succeededValues, st):
+		case statusSucceeded:
 			out.Outcome = op.OutcomeSuccess
 		default:
 			reason := "vendor status is not a configured pending, failed or succeeded value"
@@ -284,7 +392,7 @@ func (a *Adapter) Lookup(ctx context.Context, req adapter.Request) (adapter.Look
 
 // send builds and sends one request under ctx. The returned wire says how far
 // the request got when err is not nil.
-func (a *Adapter) send(ctx context.Context, method, u string, body []byte, req adapter.Request, withKeys bool) (*http.Response, *wire, error) {
+func (a *Adapter) send(ctx context.Context, method, u string, body []byte, contentType string, req adapter.Request, withKeys bool) (*http.Response, *wire, error) {
 	w := &wire{}
 	ctx = httptrace.WithClientTrace(ctx, w.trace())
 	var rd io.Reader
@@ -303,12 +411,12 @@ func (a *Adapter) send(ctx context.Context, method, u string, body []byte, req a
 	for k, vs := range req.Header {
 		hreq.Header[k] = slices.Clone(vs)
 	}
-	for k, vs := range a.headers { // configured headers win over passed-through ones
+	hreq.Header.Set("Accept", "application/json")
+	for k, vs := range a.headers { // configured headers win over passed-through ones and the Accept default
 		hreq.Header[k] = slices.Clone(vs)
 	}
-	hreq.Header.Set("Accept", "application/json")
 	if rd != nil {
-		hreq.Header.Set("Content-Type", "application/json")
+		hreq.Header.Set("Content-Type", contentType)
 	}
 	if withKeys && req.IdempotencyKey != "" {
 		if a.idemHeader != "" {
@@ -461,17 +569,70 @@ func readBody(r io.Reader) ([]byte, error) {
 	return b, nil
 }
 
+// parseJSON decodes a vendor's JSON strictly: one value, valid UTF-8 (never
+// patched with U+FFFD), numbers as json.Number, and no key twice in an
+// object (encoding/json would keep the last, so {"status":"failed",
+// "status":"succeeded"} would read as a success).
 func parseJSON(b []byte) (any, error) {
-	if !json.Valid(b) {
-		return nil, errors.New("not JSON")
+	if !utf8.Valid(b) {
+		return nil, errNotJSON
 	}
-	var v any
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
+	v, err := jsonValue(dec)
+	if err != nil {
+		return nil, errNotJSON
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errNotJSON
 	}
 	return v, nil
+}
+
+var errNotJSON = errors.New("not JSON")
+
+// jsonValue reads one value from dec's tokens. encoding/json's scanner
+// bounds the nesting depth, and so this recursion.
+func jsonValue(dec *json.Decoder) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return tok, nil // string, json.Number, bool or nil
+	}
+	switch d {
+	case '{':
+		m := map[string]any{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			k, _ := kt.(string)
+			if _, dup := m[k]; dup {
+				return nil, errNotJSON
+			}
+			if m[k], err = jsonValue(dec); err != nil {
+				return nil, err
+			}
+		}
+		_, err = dec.Token() // '}'
+		return m, err
+	case '[':
+		a := []any{}
+		for dec.More() {
+			v, err := jsonValue(dec)
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, v)
+		}
+		_, err = dec.Token() // ']'
+		return a, err
+	}
+	return nil, errNotJSON
 }
 
 // walk follows path (JSON pointer tokens or dotted-field parts) into doc; nil
@@ -558,9 +719,9 @@ func (t *urlTemplate) expand(req adapter.Request) (string, error) {
 			s, ok := scalarString(raw)
 			if !ok {
 				if raw == nil {
-					return "", &errMissing{name: p.name, why: "is missing from the args"}
+					return "", &errMissing{where: "url field", name: p.name, why: "is missing from the args"}
 				}
-				return "", &errMissing{name: p.name, why: "is not a string, number or boolean"}
+				return "", &errMissing{where: "url field", name: p.name, why: "is not a string, number or boolean"}
 			}
 			v = s
 		case p.name == phIdempotencyKey:
@@ -569,7 +730,7 @@ func (t *urlTemplate) expand(req adapter.Request) (string, error) {
 			v = req.OperationID
 		}
 		if v == "" {
-			return "", &errMissing{name: p.name, why: "is empty"}
+			return "", &errMissing{where: "url field", name: p.name, why: "is empty"}
 		}
 		if p.query {
 			b.WriteString(url.QueryEscape(v))

@@ -1,5 +1,7 @@
 // Package httpadapter is a generic adapter.Adapter and adapter.Looker for
-// vendors with a JSON-over-HTTP API, configured per tool from the registry.
+// vendors with an HTTP API that answers in JSON, configured per tool from the
+// registry. Requests carry the canonical args as JSON, or a body built from
+// them by a template (JSON or form-encoded).
 //
 // Its job is to turn whatever happened on the wire into an op.Outcome without
 // ever guessing optimistically. The line it draws is whether the request was
@@ -9,7 +11,10 @@
 // EOF) is unknown, because it may have.
 //
 // Secrets: header values, request bodies and response bodies never appear in
-// a Result, an error or a log line; this package does not log.
+// a Result, an error or a log line; this package does not log. What it reads
+// from the vendor and returns (object and request ids) is bounded: at most
+// 255 bytes of UTF-8 without control characters, or the response counts as
+// malformed.
 package httpadapter
 
 import (
@@ -35,12 +40,20 @@ type Config struct {
 	// query-escaped after the '?'. A field that is missing, empty or not a
 	// scalar fails the call as permanent before anything is sent.
 	URL string
-	// Headers are sent on every request (calls and lookups). A value may
-	// reference secrets as ${NAME}, resolved once by New through Secret; New
-	// fails if one is unknown or empty. Values are never logged or put into
-	// errors.
+	// Body, when set, builds the request body from the canonical args (see
+	// BodyConfig); nil sends the canonical args themselves as JSON.
+	Body *BodyConfig
+	// Headers are static headers sent on every request (calls and lookups),
+	// verbatim. A value may not reference a secret (${NAME}: use
+	// SecretHeaders), and credential headers (Authorization,
+	// Proxy-Authorization, Cookie, X-Api-Key) belong in SecretHeaders.
 	Headers map[string]string
-	// Secret resolves ${NAME} references in header values. The program
+	// SecretHeaders are sent like Headers, but every value references at
+	// least one secret as ${NAME} (e.g. "Bearer ${PAYMENTS_API_KEY}"),
+	// resolved once by New through Secret; New fails if one is unknown or
+	// empty. Their values never appear in errors, results or String.
+	SecretHeaders map[string]string
+	// Secret resolves ${NAME} references in SecretHeaders. The program
 	// supplies it at its edge (opledger's binaries read the environment); nil
 	// makes any ${NAME} reference an error.
 	Secret func(name string) (string, bool)
@@ -62,13 +75,66 @@ type Config struct {
 	// JSON is OutcomeUnknown, category malformed_response: the effect may
 	// have happened, but we could not read what the vendor said.
 	ExternalIDPointer string
+	// StatusPointer is an optional JSON pointer to the vendor's status in the
+	// body of a 2xx with a positive outcome, for vendors that answer 200 to
+	// a request they did not (yet) carry out. When set, such a body must
+	// hold a non-empty scalar there (else malformed_response), and the value
+	// lists below decide, as for LookupConfig: a pending value makes the
+	// outcome OutcomeAcknowledged, a failed value OutcomePermanent (category
+	// failed_status), a succeeded value keeps the status code's outcome, and
+	// a value in no list while SucceededValues is set is OutcomeUnknown
+	// (category unrecognized_value). When SucceededValues is empty, any
+	// value in neither other list keeps the status code's outcome.
+	StatusPointer   string
+	PendingValues   []string
+	FailedValues    []string
+	SucceededValues []string
 	// RequestIDHeader names the response header with the vendor's request id.
 	RequestIDHeader string
+	// RequestIDPointer is a JSON pointer to the vendor's request id in the
+	// response body, for vendors that put it there; when both are set, a
+	// non-empty value in the body wins over the header.
+	RequestIDPointer string
 	// ReplayedHeader names the response header that says the vendor answered
 	// from its idempotency cache; "true" sets Result.Replayed.
 	ReplayedHeader string
 	// Lookup, when set, lets the reconciler ask the vendor about an earlier call.
 	Lookup *LookupConfig
+}
+
+// Body encodings.
+const (
+	// EncodingJSON sends the body as application/json.
+	EncodingJSON = "json"
+	// EncodingForm sends the body as application/x-www-form-urlencoded.
+	EncodingForm = "form"
+)
+
+// BodyConfig builds a request body from the canonical args, for vendors that
+// do not take the tool's arguments as they are.
+type BodyConfig struct {
+	// Encoding is EncodingJSON (default) or EncodingForm.
+	Encoding string
+	// Fields maps each vendor field name to its value, which is either a
+	// literal (a number, a boolean, or a string without placeholders) or a
+	// template string over the canonical args: {field} is the value at a
+	// dotted path in the args, {idempotency_key} and {operation_id} the
+	// request's; {{ and }} stand for literal braces.
+	//
+	// A string that is exactly one placeholder ("{amount_cents}") keeps the
+	// value's JSON type in a JSON body: a number stays a number, and an
+	// object or array is copied whole. A placeholder inside other text must
+	// be a string, number or boolean, and the result is a string.
+	//
+	// JSON bodies may nest: a value may be a map[string]any (an object) or a
+	// []any (an array) of such values, and null. Form bodies are flat: name
+	// nested fields the way the vendor expects, e.g. "metadata[order_id]";
+	// their values are scalars, sent as text (numbers as their JSON text,
+	// booleans as true or false).
+	//
+	// A placeholder whose field is missing or null fails the call as
+	// permanent before anything is sent; an empty string is a value.
+	Fields map[string]any
 }
 
 // LookupConfig describes how to ask the vendor whether an effect happened.
@@ -122,32 +188,62 @@ func (e *ConfigError) Unwrap() error { return op.ErrInvalid }
 
 // Adapter calls one tool's vendor over HTTP. It is safe for concurrent use.
 type Adapter struct {
-	client         *http.Client
-	method         string
-	url            *urlTemplate
-	headers        http.Header
-	idemHeader     string
-	refHeader      string
-	timeout        time.Duration
-	exact          map[int]op.Outcome
-	class          [6]op.Outcome // index status/100; "" = not mapped
-	idPointer      []string      // nil: not set
-	requestIDHdr   string
-	replayedHeader string
-	lookup         *lookup
+	client           *http.Client
+	method           string
+	url              *urlTemplate
+	body             *bodyTemplate // nil: the canonical args as JSON
+	headers          http.Header
+	idemHeader       string
+	refHeader        string
+	timeout          time.Duration
+	exact            map[int]op.Outcome
+	class            [6]op.Outcome // index status/100; "" = not mapped
+	idPointer        []string      // nil: not set
+	status           *statusValues // nil: not set
+	requestIDHdr     string
+	requestIDPointer []string
+	replayedHeader   string
+	lookup           *lookup
 }
 
 type lookup struct {
-	method        string
-	url           *urlTemplate
-	found         int
-	notFound      int
-	idPointer     []string
-	statusPointer []string
-	// Vendor status values; only used with statusPointer.
-	pendingValues   []string
-	failedValues    []string
-	succeededValues []string
+	method    string
+	url       *urlTemplate
+	found     int
+	notFound  int
+	idPointer []string
+	status    *statusValues // nil: not set
+}
+
+// statusValues reads a vendor status from a response body and sorts it into
+// the operator's lists.
+type statusValues struct {
+	pointer   []string
+	pending   []string
+	failed    []string
+	succeeded []string
+}
+
+// statusClass is what a vendor status value means.
+type statusClass int
+
+const (
+	statusSucceeded statusClass = iota
+	statusPending
+	statusFailed
+	statusUnrecognized
+)
+
+func (s *statusValues) classify(v string) statusClass {
+	switch {
+	case slices.Contains(s.pending, v):
+		return statusPending
+	case slices.Contains(s.failed, v):
+		return statusFailed
+	case len(s.succeeded) == 0 || slices.Contains(s.succeeded, v):
+		return statusSucceeded
+	}
+	return statusUnrecognized
 }
 
 // String names the adapter by method and vendor host only: formatting an
@@ -160,11 +256,11 @@ func (a *Adapter) GoString() string { return a.String() }
 // ErrNoLookup is returned by Lookup on an adapter configured without one.
 var ErrNoLookup = errors.New("httpadapter: no lookup configured")
 
-// New validates cfg and resolves its header environment variables. Redirects
-// are never followed: a 3xx is classified like any other status. A nil client
-// means a client of the adapter's own whose pool keeps up to 64 idle
-// connections to the vendor (http.DefaultClient keeps 2, too few under load).
-// Every error is a *ConfigError (op.ErrInvalid).
+// New validates cfg and resolves its secret headers. Redirects are never
+// followed: a 3xx is classified like any other status. A nil client means a
+// client of the adapter's own whose pool keeps up to 64 idle connections to
+// the vendor (http.DefaultClient keeps 2, too few under load). Every error is
+// a *ConfigError (op.ErrInvalid).
 func New(cfg Config, client *http.Client) (*Adapter, error) {
 	if client == nil {
 		tr, ok := http.DefaultTransport.(*http.Transport)
@@ -197,16 +293,24 @@ func New(cfg Config, client *http.Client) (*Adapter, error) {
 	if a.url, err = parseTemplate("URL", cfg.URL); err != nil {
 		return nil, err
 	}
-	if a.headers, err = resolveHeaders(cfg.Headers, cfg.Secret); err != nil {
-		return nil, err
-	}
-	for field, name := range map[string]string{
-		"IdempotencyHeader": cfg.IdempotencyHeader, "ReferenceHeader": cfg.ReferenceHeader,
-		"RequestIDHeader": cfg.RequestIDHeader, "ReplayedHeader": cfg.ReplayedHeader,
-	} {
-		if name != "" && !validHeaderName(name) {
-			return nil, &ConfigError{Field: field, Reason: "not a valid header name"}
+	if cfg.Body != nil {
+		if a.method == http.MethodGet {
+			return nil, &ConfigError{Field: "Body", Reason: "a GET request sends no body"}
 		}
+		if a.body, err = parseBody(*cfg.Body); err != nil {
+			return nil, err
+		}
+	}
+	for _, h := range []struct{ field, name string }{
+		{"IdempotencyHeader", cfg.IdempotencyHeader}, {"ReferenceHeader", cfg.ReferenceHeader},
+		{"RequestIDHeader", cfg.RequestIDHeader}, {"ReplayedHeader", cfg.ReplayedHeader},
+	} {
+		if h.name != "" && !validHeaderName(h.name) {
+			return nil, &ConfigError{Field: h.field, Reason: "not a valid header name"}
+		}
+	}
+	if a.headers, err = resolveHeaders(cfg); err != nil {
+		return nil, err
 	}
 	if a.timeout < 0 {
 		return nil, &ConfigError{Field: "Timeout", Reason: "negative"}
@@ -231,6 +335,12 @@ func New(cfg Config, client *http.Client) (*Adapter, error) {
 	if a.idPointer, err = parsePointer("ExternalIDPointer", cfg.ExternalIDPointer); err != nil {
 		return nil, err
 	}
+	if a.requestIDPointer, err = parsePointer("RequestIDPointer", cfg.RequestIDPointer); err != nil {
+		return nil, err
+	}
+	if a.status, err = newStatusValues("", cfg.StatusPointer, cfg.PendingValues, cfg.FailedValues, cfg.SucceededValues); err != nil {
+		return nil, err
+	}
 	if cfg.Lookup != nil {
 		if a.lookup, err = newLookup(*cfg.Lookup); err != nil {
 			return nil, err
@@ -240,8 +350,7 @@ func New(cfg Config, client *http.Client) (*Adapter, error) {
 }
 
 func newLookup(cfg LookupConfig) (*lookup, error) {
-	l := &lookup{found: cfg.FoundStatus, notFound: cfg.NotFoundStatus, pendingValues: slices.Clone(cfg.PendingValues),
-		failedValues: slices.Clone(cfg.FailedValues), succeededValues: slices.Clone(cfg.SucceededValues)}
+	l := &lookup{found: cfg.FoundStatus, notFound: cfg.NotFoundStatus}
 	var err error
 	if l.method, err = parseMethod("Lookup.Method", cfg.Method, http.MethodGet, http.MethodGet, http.MethodPost); err != nil {
 		return nil, err
@@ -264,45 +373,51 @@ func newLookup(cfg LookupConfig) (*lookup, error) {
 	if l.idPointer, err = parsePointer("Lookup.ExternalIDPointer", cfg.ExternalIDPointer); err != nil {
 		return nil, err
 	}
-	if l.statusPointer, err = parsePointer("Lookup.StatusPointer", cfg.StatusPointer); err != nil {
-		return nil, err
-	}
-	if err := checkStatusValues(l); err != nil {
+	if l.status, err = newStatusValues("Lookup.", cfg.StatusPointer, cfg.PendingValues, cfg.FailedValues, cfg.SucceededValues); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-// checkStatusValues validates the status value lists of a lookup: they need
-// a StatusPointer, hold no empty value, and share no value.
-func checkStatusValues(l *lookup) error {
+// newStatusValues validates a status pointer and its value lists (fields
+// named with prefix): the lists need the pointer, hold no empty value, and
+// share no value. It returns nil when no pointer is set.
+func newStatusValues(prefix, pointer string, pending, failed, succeeded []string) (*statusValues, error) {
+	ptr, err := parsePointer(prefix+"StatusPointer", pointer)
+	if err != nil {
+		return nil, err
+	}
 	lists := []struct {
 		field  string
 		values []string
 	}{
-		{"Lookup.PendingValues", l.pendingValues},
-		{"Lookup.FailedValues", l.failedValues},
-		{"Lookup.SucceededValues", l.succeededValues},
+		{prefix + "PendingValues", pending},
+		{prefix + "FailedValues", failed},
+		{prefix + "SucceededValues", succeeded},
 	}
 	seen := map[string]string{} // value -> field of the first list holding it
 	for _, list := range lists {
 		if len(list.values) == 0 {
 			continue
 		}
-		if l.statusPointer == nil {
-			return &ConfigError{Field: list.field, Reason: "needs Lookup.StatusPointer"}
+		if ptr == nil {
+			return nil, &ConfigError{Field: list.field, Reason: "needs " + prefix + "StatusPointer"}
 		}
 		for _, v := range list.values {
 			if v == "" {
-				return &ConfigError{Field: list.field, Reason: "contains an empty value"}
+				return nil, &ConfigError{Field: list.field, Reason: "contains an empty value"}
 			}
 			if other, dup := seen[v]; dup && other != list.field {
-				return &ConfigError{Field: list.field, Reason: strconv.Quote(v) + " is also in " + other}
+				return nil, &ConfigError{Field: list.field, Reason: strconv.Quote(v) + " is also in " + other}
 			}
 			seen[v] = list.field
 		}
 	}
-	return nil
+	if ptr == nil {
+		return nil, nil
+	}
+	return &statusValues{pointer: ptr, pending: slices.Clone(pending), failed: slices.Clone(failed),
+		succeeded: slices.Clone(succeeded)}, nil
 }
 
 var outcomes = []op.Outcome{
@@ -321,49 +436,119 @@ func parseMethod(field, m, def string, allowed ...string) (string, error) {
 	return m, nil
 }
 
-// resolveHeaders expands ${NAME} in header values through secret.
-func resolveHeaders(in map[string]string, secret func(string) (string, bool)) (http.Header, error) {
+// credentialHeaders are header names whose values are credentials: they
+// belong in SecretHeaders, never in a registry file as static text.
+var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key"}
+
+// adapterHeaders are set by the adapter itself on every request.
+var adapterHeaders = []string{"Content-Type", "Content-Length", "Host"}
+
+// resolveHeaders checks cfg's static and secret headers and expands the
+// ${NAME} references of the secret ones through cfg.Secret.
+func resolveHeaders(cfg Config) (http.Header, error) {
 	out := http.Header{}
-	for name, raw := range in {
-		field := "Headers[" + strconv.Quote(name) + "]"
+	from := map[string]string{} // canonical name -> field that set it
+	reserved := map[string]string{}
+	for _, h := range []struct{ field, name string }{
+		{"IdempotencyHeader", cfg.IdempotencyHeader}, {"ReferenceHeader", cfg.ReferenceHeader},
+	} {
+		if h.name != "" {
+			reserved[http.CanonicalHeaderKey(h.name)] = h.field
+		}
+	}
+	add := func(field, name, value string) error {
 		if !validHeaderName(name) {
-			return nil, &ConfigError{Field: field, Reason: "not a valid header name"}
+			return &ConfigError{Field: field, Reason: "not a valid header name"}
 		}
-		var b strings.Builder
-		rest := raw
-		for {
-			i := strings.Index(rest, "${")
-			if i < 0 {
-				b.WriteString(rest)
-				break
-			}
-			b.WriteString(rest[:i])
-			end := strings.IndexByte(rest[i:], '}')
-			if end < 0 {
-				return nil, &ConfigError{Field: field, Reason: "unterminated ${ in value"}
-			}
-			env := rest[i+2 : i+end]
-			if !validEnvName(env) {
-				return nil, &ConfigError{Field: field, Reason: "invalid environment variable name in ${...}"}
-			}
-			var val string
-			ok := false
-			if secret != nil {
-				val, ok = secret(env)
-			}
-			if !ok || val == "" {
-				return nil, &ConfigError{Field: field, Reason: "secret " + env + " is not set"}
-			}
-			b.WriteString(val)
-			rest = rest[i+end+1:]
+		canon := http.CanonicalHeaderKey(name)
+		if other, dup := from[canon]; dup {
+			return &ConfigError{Field: field, Reason: "the header is also set by " + other}
 		}
-		v := b.String()
-		if strings.ContainsAny(v, "\r\n\x00") {
-			return nil, &ConfigError{Field: field, Reason: "value contains a control character"}
+		if other, ok := reserved[canon]; ok {
+			return &ConfigError{Field: field, Reason: "the header is " + other + ", which carries the idempotency key"}
 		}
-		out.Set(name, v)
+		if slices.Contains(adapterHeaders, canon) {
+			return &ConfigError{Field: field, Reason: "the adapter sets " + canon + " itself"}
+		}
+		if strings.ContainsFunc(value, func(r rune) bool { return r != '\t' && (r < 0x20 || r == 0x7f) }) {
+			return &ConfigError{Field: field, Reason: "value contains a control character"}
+		}
+		from[canon] = field
+		out.Set(canon, value)
+		return nil
+	}
+	for _, name := range sortedKeys(cfg.Headers) {
+		raw := cfg.Headers[name]
+		field := "Headers[" + strconv.Quote(name) + "]"
+		if strings.Contains(raw, "${") {
+			return nil, &ConfigError{Field: field, Reason: "a ${NAME} secret reference belongs in SecretHeaders"}
+		}
+		if slices.Contains(credentialHeaders, http.CanonicalHeaderKey(name)) {
+			return nil, &ConfigError{Field: field, Reason: "carries credentials: put it in SecretHeaders with a ${NAME} reference"}
+		}
+		if err := add(field, name, raw); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range sortedKeys(cfg.SecretHeaders) {
+		field := "SecretHeaders[" + strconv.Quote(name) + "]"
+		v, err := expandSecrets(field, cfg.SecretHeaders[name], cfg.Secret)
+		if err != nil {
+			return nil, err
+		}
+		if err := add(field, name, v); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
+}
+
+// expandSecrets replaces each ${NAME} in raw with secret(NAME). raw must
+// hold at least one reference. Errors name the field and the secret, never
+// a value.
+func expandSecrets(field, raw string, secret func(string) (string, bool)) (string, error) {
+	var b strings.Builder
+	rest, refs := raw, 0
+	for {
+		i := strings.Index(rest, "${")
+		if i < 0 {
+			b.WriteString(rest)
+			break
+		}
+		b.WriteString(rest[:i])
+		end := strings.IndexByte(rest[i:], '}')
+		if end < 0 {
+			return "", &ConfigError{Field: field, Reason: "unterminated ${ in value"}
+		}
+		env := rest[i+2 : i+end]
+		if !validEnvName(env) {
+			return "", &ConfigError{Field: field, Reason: "invalid secret name in ${...}"}
+		}
+		var val string
+		ok := false
+		if secret != nil {
+			val, ok = secret(env)
+		}
+		if !ok || val == "" {
+			return "", &ConfigError{Field: field, Reason: "secret " + env + " is not set"}
+		}
+		b.WriteString(val)
+		refs++
+		rest = rest[i+end+1:]
+	}
+	if refs == 0 {
+		return "", &ConfigError{Field: field, Reason: "references no secret: write it as ${NAME}, or make it a static header"}
+	}
+	return b.String(), nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 func validEnvName(s string) bool {
@@ -440,7 +625,7 @@ func parseTemplate(field, s string) (*urlTemplate, error) {
 	for rest != "" {
 		open := strings.IndexByte(rest, '{')
 		if closeAt := strings.IndexByte(rest, '}'); closeAt >= 0 && (open < 0 || closeAt < open) {
-			return nil, &ConfigError{Field: field, Reason: "unbalanced '}' at offset " + strconv.Itoa(len(s)-len(rest)+closeAt)}
+			return nil, &ConfigError{Field: field, Reason: "unbalanced '}' before " + near(rest[closeAt:])}
 		}
 		if open < 0 {
 			t.parts = append(t.parts, tmplPart{lit: rest})
@@ -453,11 +638,12 @@ func parseTemplate(field, s string) (*urlTemplate, error) {
 		}
 		end := strings.IndexByte(rest[open:], '}')
 		if end < 0 {
-			return nil, &ConfigError{Field: field, Reason: "unbalanced '{' at offset " + strconv.Itoa(len(s)-len(rest)+open)}
+			return nil, &ConfigError{Field: field, Reason: "unbalanced '{' at " + near(rest[open:])}
 		}
 		name := rest[open+1 : open+end]
 		if !validPlaceholder(name) {
-			return nil, &ConfigError{Field: field, Reason: "invalid placeholder at offset " + strconv.Itoa(len(s)-len(rest)+open)}
+			return nil, &ConfigError{Field: field, Reason: "invalid placeholder " + near(rest[open:open+end+1]) +
+				": a dotted argument path, {idempotency_key} or {operation_id}"}
 		}
 		p := tmplPart{name: name, query: inQuery}
 		if name != phIdempotencyKey && name != phOperationID {
@@ -483,6 +669,15 @@ func parseTemplate(field, s string) (*urlTemplate, error) {
 	return t, nil
 }
 
+// near quotes the part of a template a problem is at, cut short. It starts
+// at a brace, so never shows the base URL before the path.
+func near(s string) string {
+	if r := []rune(s); len(r) > 24 {
+		s = string(r[:24]) + "…"
+	}
+	return strconv.Quote(s)
+}
+
 func validPlaceholder(name string) bool {
 	if name == "" || strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") || strings.Contains(name, "..") {
 		return false
@@ -506,7 +701,40 @@ func (t *urlTemplate) needsArgs() bool {
 }
 
 // errMissing is a template value that cannot be filled in; its text names
-// the placeholder, never a value.
-type errMissing struct{ name, why string }
+// where it goes and the placeholder, never a value.
+type errMissing struct{ where, name, why string }
 
-func (e *errMissing) Error() string { return fmt.Sprintf("url field {%s} %s", e.name, e.why) }
+func (e *errMissing) Error() string { return fmt.Sprintf("%s {%s} %s", e.where, e.name, e.why) }
+
+// Placeholder is an argument that one of the adapter's templates reads.
+type Placeholder struct {
+	// Field is the Config field whose template holds it, spelled as in
+	// ConfigError.Field: "URL", `Body.Fields["amount"]`, "Lookup.URL".
+	Field string
+	// Arg is the dotted path of the argument, e.g. "customer.id".
+	Arg string
+}
+
+// Placeholders returns every argument that the adapter's URL, body and
+// lookup templates read, in that order. The built-ins {idempotency_key} and
+// {operation_id} are not arguments and are not listed.
+func (a *Adapter) Placeholders() []Placeholder {
+	var out []Placeholder
+	out = a.url.placeholders("URL", out)
+	if a.body != nil {
+		out = a.body.root.placeholders(out)
+	}
+	if a.lookup != nil {
+		out = a.lookup.url.placeholders("Lookup.URL", out)
+	}
+	return out
+}
+
+func (t *urlTemplate) placeholders(field string, out []Placeholder) []Placeholder {
+	for _, p := range t.parts {
+		if p.path != nil {
+			out = append(out, Placeholder{Field: field, Arg: p.name})
+		}
+	}
+	return out
+}

@@ -394,7 +394,7 @@ func TestSecretHeaderNeverInErrors(t *testing.T) {
 	secret := token
 	b := setup(t, vendors.Options{APIKey: token})
 	cfg := captureConfig(b.vendor.URL())
-	cfg.Headers = map[string]string{"Authorization": "Bearer ${TEST_VENDOR_TOKEN}"}
+	cfg.SecretHeaders = map[string]string{"Authorization": "Bearer ${TEST_VENDOR_TOKEN}"}
 	cfg.Secret = func(name string) (string, bool) { return secret, name == "TEST_VENDOR_TOKEN" }
 	ctx := context.Background()
 	ok := b.adapter(cfg).Call(ctx, captureReq("k0"))
@@ -443,7 +443,7 @@ func TestSecretHeaderNeverInErrors(t *testing.T) {
 	}
 
 	// An unset variable fails New, naming the variable and the header only.
-	cfg.Headers = map[string]string{"Authorization": "Bearer ${TEST_VENDOR_TOKEN_UNSET}"}
+	cfg.SecretHeaders = map[string]string{"Authorization": "Bearer ${TEST_VENDOR_TOKEN_UNSET}"}
 	_, err = httpadapter.New(cfg, nil)
 	require.ErrorIs(t, err, op.ErrInvalid)
 	var ce *httpadapter.ConfigError

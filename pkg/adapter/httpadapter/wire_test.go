@@ -83,7 +83,9 @@ func TestWhatGoesOnTheWire(t *testing.T) {
 	rec := startRecorder(t)
 	a, err := httpadapter.New(httpadapter.Config{
 		URL:               rec.url + "/v1/c/{customer.id}/items/{items.1.sku}?ref={idempotency_key}&op={operation_id}",
-		Headers:           map[string]string{"X-Api-Version": "2024-01", "Authorization": "Bearer static"},
+		Headers:           map[string]string{"X-Api-Version": "2024-01", "Accept": "application/vnd.vendor+json"},
+		SecretHeaders:     map[string]string{"Authorization": "Bearer ${TOKEN}"},
+		Secret:            func(name string) (string, bool) { return "configured", name == "TOKEN" },
 		IdempotencyHeader: "Idempotency-Key",
 		ReferenceHeader:   "X-Client-Reference",
 	}, nil)
@@ -108,7 +110,8 @@ func TestWhatGoesOnTheWire(t *testing.T) {
 	require.Equal(t, "k&1=2 v1", got.Header.Get("X-Client-Reference"))
 	require.Equal(t, req.Header.Get("Traceparent"), got.Header.Get("Traceparent"))
 	require.Equal(t, "2024-01", got.Header.Get("X-Api-Version"))
-	require.Equal(t, "Bearer static", got.Header.Get("Authorization"), "configured headers win")
+	require.Equal(t, "Bearer configured", got.Header.Get("Authorization"), "configured headers win")
+	require.Equal(t, "application/vnd.vendor+json", got.Header.Get("Accept"), "a configured Accept wins over the default")
 }
 
 func TestGetSendsNoBody(t *testing.T) {
@@ -298,10 +301,48 @@ func TestNewValidation(t *testing.T) {
 		{"ExternalIDPointer", func(c *httpadapter.Config) { c.ExternalIDPointer = "id" }},
 		{"ExternalIDPointer", func(c *httpadapter.Config) { c.ExternalIDPointer = "/a~2" }},
 		{`Headers["Bad Name"]`, func(c *httpadapter.Config) { c.Headers = map[string]string{"Bad Name": "x"} }},
-		{`Headers["X"]`, func(c *httpadapter.Config) { c.Headers = map[string]string{"X": "a${UNTERMINATED"} }},
-		{`Headers["X"]`, func(c *httpadapter.Config) { c.Headers = map[string]string{"X": "${1BAD}"} }},
-		{`Headers["X"]`, func(c *httpadapter.Config) { c.Headers = map[string]string{"X": "${OPLEDGER_TEST_SURELY_UNSET}"} }},
+		{`SecretHeaders["X"]`, func(c *httpadapter.Config) { c.SecretHeaders = map[string]string{"X": "a${UNTERMINATED"} }},
+		{`SecretHeaders["X"]`, func(c *httpadapter.Config) { c.SecretHeaders = map[string]string{"X": "${1BAD}"} }},
+		{`SecretHeaders["X"]`, func(c *httpadapter.Config) {
+			c.SecretHeaders = map[string]string{"X": "${OPLEDGER_TEST_SURELY_UNSET}"}
+		}},
+		{`SecretHeaders["X"]`, func(c *httpadapter.Config) { c.SecretHeaders = map[string]string{"X": "no reference"} }},
 		{`Headers["X"]`, func(c *httpadapter.Config) { c.Headers = map[string]string{"X": "a\r\nInjected: 1"} }},
+		{`Headers["X"]`, func(c *httpadapter.Config) { c.Headers = map[string]string{"X": "${TOKEN}"} }},
+		{`Headers["authorization"]`, func(c *httpadapter.Config) { c.Headers = map[string]string{"authorization": "Bearer x"} }},
+		{`Headers["Content-Type"]`, func(c *httpadapter.Config) { c.Headers = map[string]string{"Content-Type": "text/plain"} }},
+		{`Headers["Idempotency-Key"]`, func(c *httpadapter.Config) {
+			c.IdempotencyHeader, c.Headers = "Idempotency-Key", map[string]string{"Idempotency-Key": "fixed"}
+		}},
+		{`SecretHeaders["x-token"]`, func(c *httpadapter.Config) {
+			c.Headers = map[string]string{"X-Token": "a"}
+			c.SecretHeaders = map[string]string{"x-token": "${TOKEN}"}
+			c.Secret = func(string) (string, bool) { return "s", true }
+		}},
+		{"RequestIDPointer", func(c *httpadapter.Config) { c.RequestIDPointer = "request_id" }},
+		{"StatusPointer", func(c *httpadapter.Config) { c.StatusPointer = "status" }},
+		{"FailedValues", func(c *httpadapter.Config) { c.FailedValues = []string{"failed"} }},
+		{"SucceededValues", func(c *httpadapter.Config) {
+			c.StatusPointer, c.PendingValues, c.SucceededValues = "/status", []string{"x"}, []string{"x"}
+		}},
+		{"Body", func(c *httpadapter.Config) {
+			c.Method, c.Body = "GET", &httpadapter.BodyConfig{Fields: map[string]any{"a": "{a}"}}
+		}},
+		{"Body.Encoding", func(c *httpadapter.Config) {
+			c.Body = &httpadapter.BodyConfig{Encoding: "xml", Fields: map[string]any{"a": "{a}"}}
+		}},
+		{"Body.Fields", func(c *httpadapter.Config) { c.Body = &httpadapter.BodyConfig{} }},
+		{`Body.Fields["a"]`, func(c *httpadapter.Config) { c.Body = &httpadapter.BodyConfig{Fields: map[string]any{"a": "{a"}} }},
+		{`Body.Fields["a"]`, func(c *httpadapter.Config) { c.Body = &httpadapter.BodyConfig{Fields: map[string]any{"a": "x}"}} }},
+		{`Body.Fields["a"]["b"][1]`, func(c *httpadapter.Config) {
+			c.Body = &httpadapter.BodyConfig{Fields: map[string]any{"a": map[string]any{"b": []any{"{x}", "{a b}"}}}}
+		}},
+		{`Body.Fields["metadata"]`, func(c *httpadapter.Config) {
+			c.Body = &httpadapter.BodyConfig{Encoding: "form", Fields: map[string]any{"metadata": map[string]any{"order_id": "{order_id}"}}}
+		}},
+		{`Body.Fields["x"]`, func(c *httpadapter.Config) {
+			c.Body = &httpadapter.BodyConfig{Encoding: "form", Fields: map[string]any{"x": nil}}
+		}},
 		{"IdempotencyHeader", func(c *httpadapter.Config) { c.IdempotencyHeader = "Idem Key" }},
 		{"Lookup.Method", func(c *httpadapter.Config) { c.Lookup = &httpadapter.LookupConfig{Method: "PUT", URL: "http://h/x"} }},
 		{"Lookup.URL", func(c *httpadapter.Config) { c.Lookup = &httpadapter.LookupConfig{URL: "nope"} }},
