@@ -132,11 +132,17 @@ func (a *Adapter) classify(resp *http.Response) adapter.Result {
 		res.RetryAfter = parseRetryAfter(v, time.Now())
 	}
 	if a.requestIDHdr != "" {
+		// A request id that cannot be stored is dropped. On an answer that
+		// the vendor acted on, that makes the answer malformed (we cannot
+		// record what it said); on a refusal (429, 4xx, 5xx) the status
+		// alone decides, and the id is only lost.
 		v := resp.Header.Get(a.requestIDHdr)
-		if !boundedID(v) {
+		switch {
+		case boundedID(v):
+			res.ExternalRequestID = v
+		case positive(res.Outcome):
 			return malformed(res, httpStatus+" with a request id header that is too long or not plain text")
 		}
-		res.ExternalRequestID = v
 	}
 	body, readErr := readBody(resp.Body)
 
@@ -184,11 +190,7 @@ func (a *Adapter) classify(resp *http.Response) adapter.Result {
 
 	if a.requestIDPointer != nil && readErr == nil {
 		if doc, err := parseJSON(body); err == nil {
-			id, ok := vendorID(doc, a.requestIDPointer)
-			if !ok {
-				return malformed(res, httpStatus+" with a request id in the body that is too long or not plain text")
-			}
-			if id != "" {
+			if id, ok := vendorID(doc, a.requestIDPointer); ok && id != "" {
 				res.ExternalRequestID = id
 			}
 		}

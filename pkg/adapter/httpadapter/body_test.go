@@ -390,9 +390,7 @@ func TestVendorValuesAreBounded(t *testing.T) {
 		"object id with DEL":        {200, nil, `{"id":"ch_\u007f"}`, "HTTP 200 with an object id that is too long or not plain text"},
 		"numeric id too long":       {200, nil, `{"id":` + strings.Repeat("9", 256) + `}`, "HTTP 200 with an object id that is too long or not plain text"},
 		"request id in body":        {200, nil, `{"request_id":` + quote(max+"a") + `}`, "HTTP 200 with a request id in the body that is too long or not plain text"},
-		"request id in error body":  {400, nil, `{"request_id":"r\u0001"}`, "HTTP 400 with a request id in the body that is too long or not plain text"},
 		"2 MB request id header":    {200, http.Header{"Request-Id": {huge}}, `{"id":"ch_1"}`, "HTTP 200 with a request id header that is too long or not plain text"},
-		"request id header on 429":  {429, http.Header{"Request-Id": {huge}}, `{}`, "HTTP 429 with a request id header that is too long or not plain text"},
 		"request id header not UTF": {200, http.Header{"Request-Id": {"req_\xff"}}, `{"id":"ch_1"}`, "HTTP 200 with a request id header that is too long or not plain text"},
 	} {
 		v.reply(tc.status, tc.header, tc.body)
@@ -405,6 +403,23 @@ func TestVendorValuesAreBounded(t *testing.T) {
 		require.Empty(t, res.ExternalObjectID, name)
 		require.Empty(t, res.ExternalRequestID, name)
 		require.Equal(t, tc.status, res.HTTPStatus, name)
+	}
+
+	// On a refusal the status decides: the unstorable id is dropped and the
+	// outcome stays what the status says (429: retry, 400: permanent).
+	for _, tc := range []struct {
+		status int
+		header http.Header
+		body   string
+		want   op.Outcome
+	}{
+		{429, http.Header{"Request-Id": {huge}}, `{}`, op.OutcomeRetryable},
+		{400, nil, `{"request_id":"r\u0001"}`, op.OutcomePermanent},
+	} {
+		v.reply(tc.status, tc.header, tc.body)
+		res := a.Call(context.Background(), request("k", `{}`))
+		require.Equal(t, tc.want, res.Outcome, "HTTP %d", tc.status)
+		require.Empty(t, res.ExternalRequestID)
 	}
 
 	v.reply(200, nil, `{"id":`+quote(max+"a")+`}`)
