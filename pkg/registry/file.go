@@ -57,6 +57,7 @@ type fileRetry struct {
 	InitialBackoff string   `yaml:"initial_backoff"`
 	MaxBackoff     string   `yaml:"max_backoff"`
 	Jitter         *float64 `yaml:"jitter"` // nil: the default, as when there is no retry section
+	MaxElapsed     string   `yaml:"max_elapsed"`
 }
 
 type fileLease struct {
@@ -218,10 +219,15 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 		p.add("timeout", "must be positive")
 	}
 
-	t.Retry = RetryPolicy{MaxAttempts: 1, InitialBackoff: 200 * time.Millisecond, MaxBackoff: 10 * time.Second, Jitter: 0.2}
+	t.Retry = RetryPolicy{MaxAttempts: 1, InitialBackoff: 200 * time.Millisecond, MaxBackoff: 10 * time.Second, Jitter: 0.2,
+		MaxElapsed: DefaultRetryMaxElapsed}
 	if r := ft.Retry; r != nil {
 		t.Retry.InitialBackoff = p.duration("retry.initial_backoff", r.InitialBackoff, t.Retry.InitialBackoff)
 		t.Retry.MaxBackoff = p.duration("retry.max_backoff", r.MaxBackoff, t.Retry.MaxBackoff)
+		t.Retry.MaxElapsed = p.duration("retry.max_elapsed", r.MaxElapsed, t.Retry.MaxElapsed)
+		if t.Retry.MaxElapsed == 0 && r.MaxElapsed != "" {
+			p.add("retry.max_elapsed", "must be positive")
+		}
 		switch {
 		case r.MaxAttempts == nil:
 			p.add("retry.max_attempts", "is required in a retry section: attempts in all, 1 to 100")

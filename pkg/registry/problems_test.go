@@ -399,7 +399,8 @@ func TestRetryDefaults(t *testing.T) {
 	require.NoError(t, err)
 	tl, err := reg.Tool("read_thing")
 	require.NoError(t, err)
-	require.Equal(t, registry.RetryPolicy{MaxAttempts: 3, InitialBackoff: 200 * time.Millisecond, MaxBackoff: 10 * time.Second, Jitter: 0.2},
+	require.Equal(t, registry.RetryPolicy{MaxAttempts: 3, InitialBackoff: 200 * time.Millisecond, MaxBackoff: 10 * time.Second, Jitter: 0.2,
+		MaxElapsed: 10 * time.Minute},
 		tl.Retry, "a retry section's defaults are the documented ones")
 	require.Equal(t, []string{"line 8: tool read_thing: retry.max_attempts: is required in a retry section: attempts in all, 1 to 100"},
 		problems(t, tool+"    retry: {jitter: 0.1}\n", registry.Options{}))

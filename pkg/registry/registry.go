@@ -72,10 +72,12 @@ type RetryPolicy struct {
 	// Jitter is the random fraction (0..1) applied to each backoff.
 	Jitter float64
 	// MaxElapsed also bounds the budget: no retry starts once this long has
-	// passed since the operation (or its reopened generation) began; 0 is
-	// no bound besides MaxAttempts.
+	// passed since the operation (or its reopened generation) began.
 	MaxElapsed time.Duration
 }
+
+// DefaultRetryMaxElapsed is retry.max_elapsed when the registry says nothing.
+const DefaultRetryMaxElapsed = 10 * time.Minute
 
 // LeasePolicy says whether an operation must hold its entity's lease while in flight.
 type LeasePolicy struct {
