@@ -202,3 +202,33 @@ func TestRedriveLostCommand(t *testing.T) {
 	require.Equal(t, 1, b.Vendors.Stats().Captures)
 	require.Equal(t, 1, b.Vendors.Stats().Requests[vendors.RouteCapture])
 }
+
+// The database's clock decides. Here every process's host clock runs 30 s
+// ahead of the database's (the store's clock is the host's minus 30 s):
+// the sweeper must not fence a call still inside its deadline, and the
+// reconciler must not cut a settle window short. Comparing a host clock
+// with database timestamps (as time.Since(o.UpdatedAt) did) would do both.
+func TestHostClockAheadChangesNothing(t *testing.T) {
+	t.Parallel()
+	e := pipetest.Start(t, pipetest.Options{Clock: func() time.Time { return time.Now().Add(-30 * time.Second) }})
+	d := dispatch.New(dispatch.Config{Name: "dispatcher-1"}, e.Store, e.Bus, e.Registry, e.Adapters, nil, e.Log)
+	rc := reconcile.New(reconcile.Config{Name: "reconciler-1", SettleDelay: 5 * time.Second}, e.Store, e.Bus, e.Registry, e.Adapters, nil, e.Log)
+	mt := maintain.New(maintain.Config{Name: "maintainer-1", DispatchedGrace: grace}, e.Store, e.Registry, nil, nil, e.Log)
+
+	live := e.SubmitCapture(t, "wf_1", "order_live")
+	claimed, _, err := e.Store.BeginAttempt(e.Ctx, live.ID, live.LeaseEpoch, "dispatcher-live", 10*time.Second)
+	require.NoError(t, err)
+	moved, err := mt.Sweep(e.Ctx)
+	require.NoError(t, err)
+	require.Zero(t, moved, "a call inside its deadline on the database's clock is live")
+	require.Equal(t, claimed, e.Operation(t, live.ID))
+
+	require.NoError(t, e.Vendors.InjectFault(vendors.Fault{Route: vendors.RouteCapture, Kind: vendors.FaultTimeoutBeforeCommit}))
+	o := e.SubmitCapture(t, "wf_1", "order_doubt")
+	require.NoError(t, d.Handle(e.Ctx, e.LastCommand(t, o, wire.KindDispatch).Delivery(1)))
+	o = e.Operation(t, o.ID)
+	require.Equal(t, op.StateUnknownOutcome, o.State)
+	require.Error(t, rc.Handle(e.Ctx, e.LastCommand(t, o, wire.KindUnknown).Delivery(1)), "not found, but not settled yet: look again")
+	require.Equal(t, o, e.Operation(t, o.ID), "the settle window is counted on the database's clock")
+	require.Len(t, e.Commands(t, o, wire.KindDispatch), 1, "nothing re-sent")
+}
