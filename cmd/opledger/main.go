@@ -24,6 +24,7 @@ commands:
   bench     measure intent→completed_success throughput and the latency opledger adds
   migrate   apply the schema migrations to DATABASE_URL
   vendors   serve the local stand-in vendors (payments, email, tickets, crm, accounts)
+  probe     GET a URL and exit 0 on 2xx (a healthcheck for containers without curl)
 
 Run "opledger <command> -h" for the flags of a command.
 `
@@ -41,7 +42,7 @@ func run(args []string, env func(string) (string, bool), stdout, stderr io.Write
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	commands := map[string]command{"dev": runDev, "demo": runDemo, "bench": runBench, "migrate": runMigrate, "vendors": runVendors}
+	commands := map[string]command{"dev": runDev, "demo": runDemo, "bench": runBench, "migrate": runMigrate, "vendors": runVendors, "probe": runProbe}
 	switch args[0] {
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
