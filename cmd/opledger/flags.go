@@ -39,7 +39,10 @@ func (f *stackFlags) logger(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	f.cfg.Log, f.cfg.Infra.Log = log, log
+	// The services add their own service and instance to each line; the
+	// process's own lines (infrastructure, migrations) say "opledger".
 	f.cfg.Services.Instance = "dev"
+	f.cfg.Log = log
+	f.cfg.Infra.Log = log.With().Str("service", "opledger").Str("instance", f.cfg.Services.Instance).Logger()
 	return nil
 }
