@@ -35,7 +35,7 @@ func loadExample(t *testing.T) *registry.Registry {
 func TestExampleRegistryLoads(t *testing.T) {
 	t.Parallel()
 	reg := loadExample(t)
-	require.Equal(t, []string{"capture_payment", "create_ticket", "get_account_status", "refund_payment", "send_email", "update_crm_record"}, reg.Names())
+	require.Equal(t, []string{"capture_payment", "create_payment_intent", "create_ticket", "get_account_status", "refund_payment", "send_email", "update_crm_record"}, reg.Names())
 	capture, err := reg.Tool("capture_payment")
 	require.NoError(t, err)
 	require.Equal(t, op.ClassExternalIrreversible, capture.Class)
