@@ -272,11 +272,17 @@ func location(sch *jsonschema.Schema) string {
 // Errors: *FieldError (ErrInvalidArgs) naming the first, most specific
 // problem.
 func (s *Schema) Canonicalize(raw []byte) (*Args, error) {
+	return s.CanonicalizeIdentity(raw, nil)
+}
+
+// CanonicalizeIdentity is Canonicalize with a tool's identity rules applied
+// to its identity fields (see Identity), before validation and hashing.
+func (s *Schema) CanonicalizeIdentity(raw []byte, id *Identity) (*Args, error) {
 	v, err := parse(raw)
 	if err != nil {
 		return nil, err
 	}
-	return finish(walker{s: s}, v, s.root)
+	return finish(walker{s: s, id: id}, v, s.root)
 }
 
 // finish normalizes a parsed arguments object, validates it against root

@@ -12,7 +12,8 @@ import (
 // apply to each location. With a nil schema only the schema-independent rules
 // apply (that is Normalize).
 type walker struct {
-	s *Schema
+	s  *Schema
+	id *Identity
 }
 
 // value normalizes v, to which the subschemas in set apply.
@@ -63,6 +64,10 @@ func (w walker) expand(set []*jsonschema.Schema) []*jsonschema.Schema {
 
 func (w walker) str(s string, set []*jsonschema.Schema, path []string) (any, error) {
 	s = normalizeString(s)
+	s, err := w.id.normalize(s, path)
+	if err != nil {
+		return nil, err
+	}
 	for _, sch := range set {
 		if sch.Format != nil && sch.Format.Name == "date-time" {
 			t, ok := canonicalDateTime(s)
