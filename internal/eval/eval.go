@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"runtime"
 	"slices"
 	"sort"
@@ -241,6 +242,8 @@ type runner struct {
 	cfg      Config
 	run      string
 	stack    *app.Stack
+	fleet    *fleet // kill mode only
+	store    *store.Store
 	cl       *client.Client
 	js       jetstream.JetStream
 	tr       *tracker
@@ -262,89 +265,146 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	id := op.NewID("x")
 	r := &runner{cfg: cfg, run: strings.ToLower(id[len(id)-8:]), log: cfg.Log, timeouts: map[string]time.Duration{}}
 	rep := &Report{RunID: r.run, Settings: cfg.settings()}
-
-	sc := app.ServicesConfig{Dispatchers: cfg.Dispatchers, DispatchWorkers: cfg.DispatchWorkers, Relays: 2, Instance: "eval",
-		Reconcile: cfg.Reconcile, Maintain: cfg.Maintain}
-	if cfg.Kill {
-		sc.Run = []string{app.PlannerIngest, app.Compensator}
-	}
-	stack, err := app.StartStack(ctx, app.StackConfig{Infra: cfg.Infra, Services: sc, Log: cfg.Log})
+	cleanup, err := r.start(ctx, rep)
+	defer cleanup()
 	if err != nil {
 		return nil, err
-	}
-	defer stack.Close()
-	r.stack = stack
-	rep.Where = append(slices.Clone(stack.Infra.Where), "vendors: local stand-ins at "+stack.Vendors.URL())
-	for _, t := range tools {
-		tool, err := stack.Registry.Tool(t.name)
-		if err != nil {
-			return nil, fmt.Errorf("eval: the registry must have the example tools: %w", err)
-		}
-		r.timeouts[t.name] = tool.Timeout
-	}
-
-	var fl *fleet
-	if cfg.Kill {
-		if fl, err = startFleet(ctx, cfg, stack.Infra.DatabaseURL, stack.Infra.NATSURL, stack.Vendors.URL(), cfg.Seed); err != nil {
-			return nil, err
-		}
-		defer fl.stop()
-		rep.Where = append(rep.Where, "service processes: logs in "+fl.dir)
-	}
-
-	st, err := store.Open(ctx, stack.Infra.DatabaseURL, store.Options{MaxConns: 8})
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	if r.cl, err = client.Connect(stack.Infra.NATSURL, "opledger-eval"); err != nil {
-		return nil, err
-	}
-	defer r.cl.Close()
-	nc, err := nats.Connect(stack.Infra.NATSURL, nats.Name("opledger-eval-raw"))
-	if err != nil {
-		return nil, fmt.Errorf("eval: connect: %w", err)
-	}
-	defer nc.Close()
-	if r.js, err = jetstream.New(nc); err != nil {
-		return nil, fmt.Errorf("eval: jetstream: %w", err)
 	}
 
 	lanes := buildCorpus(r.run, cfg.Scenarios, cfg.PerScenario, cfg.Seed)
 	r.tr = newTracker(lanes)
 	busy := 0
-	for _, l := range lanes {
-		if len(l) > 0 {
-			busy++
+	var workflows []string
+	for _, lane := range lanes {
+		busy += min(len(lane), 1)
+		for _, p := range lane {
+			workflows = append(workflows, p.actions[0].workflow)
 		}
 	}
 	r.laneRate = cfg.Rate / float64(max(busy, 1))
 
-	rctx, stopResults := context.WithCancel(ctx)
-	defer stopResults()
-	results, err := r.cl.Results(rctx, wire.ResultSubjectPrefix+">")
+	stopFollowing, err := r.follow(ctx, began)
+	defer stopFollowing()
 	if err != nil {
 		return nil, err
 	}
+	if err := r.play(ctx, lanes); err != nil {
+		return nil, err
+	}
+	if err := r.settle(ctx, lanes, workflows); err != nil {
+		return nil, err
+	}
+	if r.fleet != nil {
+		r.fleet.stop()
+		ks := r.fleet.snapshot()
+		rep.Kill = &ks
+	}
+	stopFollowing()
+
+	if err := r.measure(ctx, rep, lanes, workflows); err != nil {
+		return nil, err
+	}
+	rep.Seconds = time.Since(began).Seconds()
+	return rep, nil
+}
+
+// start starts the stack (and in kill mode the service processes) and
+// connects the eval's own ledger reader and agent clients. cleanup undoes
+// whatever was done, also after an error.
+func (r *runner) start(ctx context.Context, rep *Report) (cleanup func(), err error) {
+	var undo []func()
+	cleanup = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	cfg := r.cfg
+	sc := app.ServicesConfig{Dispatchers: cfg.Dispatchers, DispatchWorkers: cfg.DispatchWorkers, Relays: 2, Instance: "eval",
+		Reconcile: cfg.Reconcile, Maintain: cfg.Maintain}
+	if cfg.Kill {
+		sc.Run = []string{app.PlannerIngest, app.Compensator}
+	}
+	if r.stack, err = app.StartStack(ctx, app.StackConfig{Infra: cfg.Infra, Services: sc, Log: cfg.Log}); err != nil {
+		return cleanup, err
+	}
+	undo = append(undo, r.stack.Close)
+	rep.Where = append(slices.Clone(r.stack.Infra.Where), "vendors: local stand-ins at "+r.stack.Vendors.URL())
+	for _, t := range tools {
+		tool, err := r.stack.Registry.Tool(t.name)
+		if err != nil {
+			return cleanup, fmt.Errorf("eval: the registry must have the example tools: %w", err)
+		}
+		r.timeouts[t.name] = tool.Timeout
+	}
+	if cfg.Kill {
+		if r.fleet, err = startFleet(ctx, cfg, r.stack.Infra.DatabaseURL, r.stack.Infra.NATSURL, r.stack.Vendors.URL(), cfg.Seed); err != nil {
+			return cleanup, err
+		}
+		undo = append(undo, r.fleet.stop)
+		rep.Where = append(rep.Where, "service processes: logs in "+r.fleet.dir)
+	}
+	if r.store, err = store.Open(ctx, r.stack.Infra.DatabaseURL, store.Options{MaxConns: 8}); err != nil {
+		return cleanup, err
+	}
+	undo = append(undo, r.store.Close)
+	if r.cl, err = client.Connect(r.stack.Infra.NATSURL, "opledger-eval"); err != nil {
+		return cleanup, err
+	}
+	undo = append(undo, r.cl.Close)
+	nc, err := nats.Connect(r.stack.Infra.NATSURL, nats.Name("opledger-eval-raw"))
+	if err != nil {
+		return cleanup, fmt.Errorf("eval: connect: %w", err)
+	}
+	undo = append(undo, nc.Close)
+	if r.js, err = jetstream.New(nc); err != nil {
+		return cleanup, fmt.Errorf("eval: jetstream: %w", err)
+	}
+	return cleanup, nil
+}
+
+// follow reads every result of the run into the tracker and prints
+// progress, until stop (idempotent).
+func (r *runner) follow(ctx context.Context, began time.Time) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	results, err := r.cl.Results(ctx, wire.ResultSubjectPrefix+">")
+	if err != nil {
+		cancel()
+		return func() {}, err
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		for {
 			select {
 			case res := <-results:
 				if isOurs(res, r.run) {
 					r.tr.result(res, time.Now())
 				}
-			case <-rctx.Done():
+			case <-ctx.Done():
 				return
 			}
 		}
 	}()
-	stopProgress := r.progress(rctx, began, fl)
-	defer stopProgress()
+	if r.cfg.Progress != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.progress(ctx, began)
+		}()
+	}
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); wg.Wait() }) }, nil
+}
 
-	// The lanes, side by side; kills meanwhile.
-	kctx, stopKills := context.WithCancel(ctx)
-	if fl != nil {
-		go fl.killLoop(kctx)
+// play runs the lanes side by side, and the kills meanwhile.
+func (r *runner) play(ctx context.Context, lanes [][]*phase) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if r.fleet != nil {
+		kctx, stopKills := context.WithCancel(ctx)
+		defer stopKills() // before the final wait: let it settle
+		go r.fleet.killLoop(kctx)
 	}
 	errs := make(chan error, len(lanes))
 	var wg sync.WaitGroup
@@ -354,54 +414,35 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			defer wg.Done()
 			if err := r.runLane(ctx, lane); err != nil {
 				errs <- err
+				cancel() // the run is void: stop the other lanes too
 			}
 		}()
 	}
 	wg.Wait()
-	stopKills()
 	close(errs)
-	if err := <-errs; err != nil {
-		return nil, err
-	}
+	return <-errs
+}
 
-	// Everything settles, or the bounded wait ends.
-	var workflows []string
-	for _, lane := range lanes {
-		for _, p := range lane {
-			workflows = append(workflows, p.actions[0].workflow)
-		}
-	}
-	if err := r.settle(ctx, st, lanes, workflows); err != nil {
-		return nil, err
-	}
-	if fl != nil {
-		fl.stop()
-		ks := fl.snapshot()
-		rep.Kill = &ks
-	}
-	stopProgress()
-
-	ledger, err := readLedger(ctx, st, workflows)
+// measure reads the run back from the ledger and the vendors into the
+// report.
+func (r *runner) measure(ctx context.Context, rep *Report, lanes [][]*phase, workflows []string) error {
+	ledger, err := readLedger(ctx, r.store, workflows)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var eventIDs []string
-	for id := range r.tr.byEvent {
-		eventIDs = append(eventIDs, id)
-	}
-	inbox, err := inboxDecisions(ctx, st, eventIDs)
+	eventIDs := slices.Collect(maps.Keys(r.tr.byEvent))
+	inbox, err := inboxDecisions(ctx, r.store, eventIDs)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	obs := observe(lanes, ledger, inbox, stack.Vendors, r.tr)
+	obs := observe(lanes, ledger, inbox, r.stack.Vendors, r.tr)
 	rep.KPIs = Compute(obs)
-	for _, s := range cfg.Scenarios {
+	for _, s := range r.cfg.Scenarios {
 		rep.Scenarios = append(rep.Scenarios, Scenario{Name: s, KPIs: Compute(obs.Filter(s))})
 	}
 	rep.Findings = findings(rep.KPIs, obs, ledger, inbox, lanes)
 	rep.Faults = r.faults
-	rep.Seconds = time.Since(began).Seconds()
-	return rep, nil
+	return nil
 }
 
 // runLane runs a lane's phases in order.
@@ -507,7 +548,8 @@ func (r *runner) publish(ctx context.Context, a *action, m message) error {
 // for every action, the ledger has every operation of the run settled and
 // has decided on every redelivery JetStream stored; then until the
 // vendors' effect counts stop moving.
-func (r *runner) settle(ctx context.Context, st *store.Store, lanes [][]*phase, workflows []string) error {
+func (r *runner) settle(ctx context.Context, lanes [][]*phase, workflows []string) error {
+	st := r.store
 	deadline := time.Now().Add(r.cfg.SettleTimeout)
 	for time.Now().Before(deadline) {
 		done := true
@@ -569,35 +611,25 @@ func (r *runner) settle(ctx context.Context, st *store.Store, lanes [][]*phase, 
 	return nil
 }
 
-// progress prints a line per second until stopped; stop is idempotent.
-func (r *runner) progress(ctx context.Context, began time.Time, fl *fleet) (stop func()) {
-	if r.cfg.Progress == nil {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			p := r.tr.snapshot()
-			line := fmt.Sprintf("eval %4.0fs  published %d/%d  answered %d/%d event ids  settled %d/%d actions",
-				time.Since(began).Seconds(), p.published, p.messages, p.answered, p.events, p.settled, p.actions)
-			if fl != nil {
-				ks := fl.snapshot()
-				line += fmt.Sprintf("  kills %d  crashes %d", sumMap(ks.Kills), sumMap(ks.Crashes))
-			}
-			fmt.Fprintln(r.cfg.Progress, line)
+// progress prints a line per second until ctx ends.
+func (r *runner) progress(ctx context.Context, began time.Time) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-	}()
-	var once sync.Once
-	return func() { once.Do(func() { cancel(); <-done }) }
+		p := r.tr.snapshot()
+		line := fmt.Sprintf("eval %4.0fs  published %d/%d  answered %d/%d event ids  settled %d/%d actions",
+			time.Since(began).Seconds(), p.published, p.messages, p.answered, p.events, p.settled, p.actions)
+		if r.fleet != nil {
+			ks := r.fleet.snapshot()
+			line += fmt.Sprintf("  kills %d  crashes %d", sumMap(ks.Kills), sumMap(ks.Crashes))
+		}
+		fmt.Fprintln(r.cfg.Progress, line)
+	}
 }
 
 // findings lists the operations behind duplicate effects and unsettled

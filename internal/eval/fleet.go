@@ -70,6 +70,7 @@ type fleet struct {
 	mu       sync.Mutex
 	stats    KillStats
 	stopping chan struct{}
+	stopOnce sync.Once
 	// calm is set once the kills end: processes started from then on arm
 	// no failpoint, so that the run can settle.
 	calm atomic.Bool
@@ -234,12 +235,9 @@ func (f *fleet) killLoop(ctx context.Context) {
 }
 
 // stop ends supervision and stops every process gracefully (SIGKILL after 30s).
-func (f *fleet) stop() {
-	select {
-	case <-f.stopping:
-		return
-	default:
-	}
+func (f *fleet) stop() { f.stopOnce.Do(f.stopNow) }
+
+func (f *fleet) stopNow() {
 	close(f.stopping)
 	for _, s := range f.slots {
 		s.mu.Lock()
