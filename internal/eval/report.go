@@ -58,7 +58,7 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Sprintf("unknown_outcome entered → left, %d episodes, max %s, %d still open", k.ReconciliationEpisodes, msStr(k.ReconciliationMaxMS), k.ReconciliationOpen))
 	row("false-dedupe rate", pct(k.FalseDedupeRate),
 		fmt.Sprintf("%d of %d business actions answered duplicate_operation/conflict without running; %d near-duplicate probes", k.FalseDedupes, k.Actions, k.NearDuplicateProbes))
-	row("re-plans not recognized", fmt.Sprint(k.ReplansNotRecognized), "same action under a new event id, not answered duplicate_operation")
+	row("re-plans not recognized", fmt.Sprint(k.ReplansNotRecognized), "same action under a new event id, not given the original's operation")
 	row("added latency p50 / p99", fmt.Sprintf("%s / %s", msStr(k.AddedLatencyP50MS), msStr(k.AddedLatencyP99MS)),
 		fmt.Sprintf("intent published → final result minus the attempt's vendor call, clean path (n=%d); end to end p50 %s p99 %s, vendor p50 %s",
 			k.LatencySamples, msStr(k.EndToEndP50MS), msStr(k.EndToEndP99MS), msStr(k.VendorTimeP50MS)))
