@@ -1,6 +1,7 @@
 // Command opledger runs opledger: the whole system in one process on embedded
 // defaults (dev), the 2:13 a.m. incident (demo), the end-to-end benchmark
-// (bench), migrations (migrate) and the local stand-in vendors (vendors).
+// (bench), the fault-injection evaluation (eval), migrations (migrate) and
+// the local stand-in vendors (vendors).
 // The services also run one per process: see services/.
 package main
 
@@ -22,6 +23,8 @@ commands:
             (embedded or NATS_URL), the local vendors and all four services
   demo      run the 2:13 a.m. incident on embedded defaults and check the vendors
   bench     measure intent→completed_success throughput and the latency opledger adds
+  eval      run the fault-injection scenario matrix and print the KPIs (duplicates per
+            10k, unknown outcomes, reconciliation time, false dedupes, added latency)
   migrate   apply the schema migrations to DATABASE_URL
   vendors   serve the local stand-in vendors (payments, email, tickets, crm, accounts)
   probe     GET a URL and exit 0 on 2xx (a healthcheck for containers without curl)
@@ -42,7 +45,9 @@ func run(args []string, env func(string) (string, bool), stdout, stderr io.Write
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	commands := map[string]command{"dev": runDev, "demo": runDemo, "bench": runBench, "migrate": runMigrate, "vendors": runVendors, "probe": runProbe}
+	commands := map[string]command{"dev": runDev, "demo": runDemo, "bench": runBench, "eval": runEval, "migrate": runMigrate,
+		"vendors": runVendors, "probe": runProbe,
+		"service": runService} // service is hidden: eval -kill runs one service per process with it
 	switch args[0] {
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)

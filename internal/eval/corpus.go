@@ -1,0 +1,247 @@
+package eval
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/opledger/opledger/internal/vendors"
+)
+
+// Scenarios: one fault mode each (the article's fault-injection harness),
+// plus duplicate deliveries.
+const (
+	ScenarioSuccess             = "success"
+	ScenarioTimeoutAfterCommit  = "timeout_after_commit"
+	ScenarioTimeoutBeforeCommit = "timeout_before_commit"
+	// Scenario500DelayedVisibility: the vendor performs the effect and
+	// answers 500, and its lookup does not see the effect for a while.
+	Scenario500DelayedVisibility = "error_500_delayed_visibility"
+	ScenarioRateLimit            = "rate_limit_429"
+	ScenarioMalformed            = "malformed_after_commit"
+	// ScenarioLatencyNear: the vendor takes 80% of the tool's timeout.
+	ScenarioLatencyNear = "latency_near_timeout"
+	// ScenarioLatencyBeyond: the vendor takes 125% of the tool's timeout,
+	// and applies the effect after the client gave up.
+	ScenarioLatencyBeyond = "latency_beyond_timeout"
+	ScenarioReset         = "reset_after_commit"
+	// ScenarioDuplicates: every action is published several times (the same
+	// event id with and without Nats-Msg-Id, re-plans under new event ids),
+	// and a quarter are near-duplicates of another, genuinely different.
+	ScenarioDuplicates = "duplicate_deliveries"
+	// ScenarioRecasedEmail (not run by default): every email is re-planned
+	// with the address in another case: the same mailbox, which the
+	// canonical arguments do not know. It probes a known gap.
+	ScenarioRecasedEmail = "replan_recased_email"
+)
+
+// DefaultScenarios are run unless told otherwise.
+var DefaultScenarios = []string{
+	ScenarioSuccess, ScenarioTimeoutAfterCommit, ScenarioTimeoutBeforeCommit, Scenario500DelayedVisibility,
+	ScenarioRateLimit, ScenarioMalformed, ScenarioLatencyNear, ScenarioLatencyBeyond, ScenarioReset, ScenarioDuplicates,
+}
+
+// AllScenarios are every scenario Config.Scenarios may name.
+var AllScenarios = append(slices.Clone(DefaultScenarios), ScenarioRecasedEmail)
+
+// toolSpec is a tool of the example registry the corpus uses, with where
+// its vendor counts the effects.
+type toolSpec struct {
+	name   string
+	route  string // vendors route of its write, where faults go
+	lookup string // vendors route of its lookup
+	kind   string // vendors effect kind
+	short  string
+}
+
+var tools = []toolSpec{
+	// irreversible, the vendor honours Idempotency-Key
+	{name: "capture_payment", route: vendors.RouteCapture, lookup: vendors.RouteCaptureLookup, kind: vendors.KindCapture, short: "pay"},
+	// non-idempotent: every accepted request sends a message
+	{name: "send_email", route: vendors.RouteEmail, lookup: vendors.RouteEmailLookup, kind: vendors.KindEmail, short: "mail"},
+	// idempotent
+	{name: "create_ticket", route: vendors.RouteTicket, lookup: vendors.RouteTicketLookup, kind: vendors.KindTicket, short: "tick"},
+}
+
+// action is one distinct business action and the messages asking for it.
+type action struct {
+	id       string
+	scenario string
+	tool     toolSpec
+	workflow string
+	near     bool
+	// entityKind and entity name where the vendor counts its effects
+	// independently of opledger's keys ("" for tickets: only by key).
+	entityKind, entityAttr, entity string
+	msgs                           []message
+}
+
+// message is one publish.
+type message struct {
+	eventID string
+	kind    string
+	args    json.RawMessage
+	noMsgID bool
+	// delay is when it is published, after the action's first message.
+	delay time.Duration
+}
+
+// phase is the actions of one scenario for one tool: the unit a lane runs
+// with one fault injected at the tool's vendor route.
+type phase struct {
+	scenario string
+	tool     toolSpec
+	actions  []*action
+}
+
+// buildCorpus makes n actions per scenario, spread over the tools, grouped
+// in phases per tool (lanes) in scenario order. Identifiers carry run, so
+// that runs against a kept database never meet.
+func buildCorpus(run string, scenarios []string, n int, seed uint64) [][]*phase {
+	rng := rand.New(rand.NewPCG(seed, 0x6576616c))
+	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	lanes := make([][]*phase, len(tools))
+	for _, sc := range scenarios {
+		code := fmt.Sprintf("s%02d", slices.Index(AllScenarios, sc))
+		for ti, t := range tools {
+			k := n/len(tools) + boolInt(ti < n%len(tools))
+			if sc == ScenarioRecasedEmail {
+				k = 0
+				if t.name == "send_email" {
+					k = n
+				}
+			}
+			if k == 0 {
+				continue
+			}
+			p := &phase{scenario: sc, tool: t}
+			wf := fmt.Sprintf("ev_%s_%s_%s", run, code, t.short)
+			for j := range k {
+				a := &action{id: fmt.Sprintf("%s/%s/%d", sc, t.name, j), scenario: sc, tool: t, workflow: wf}
+				base := fmt.Sprintf("%s:%s:%s:%d", run, code, t.short, j)
+				entityOf := j
+				if sc == ScenarioDuplicates && j%4 == 3 {
+					// A near-duplicate of the action before it: the same
+					// entity, another business action.
+					a.near, entityOf = true, j-1
+				}
+				ent := fmt.Sprintf("%s_%s_%d", run, code, entityOf)
+				args, variant := argsFor(t, ent, j, a.near)
+				a.msgs = append(a.msgs, message{eventID: base + ":call", kind: MsgOriginal, args: args})
+				switch {
+				case sc == ScenarioRecasedEmail:
+					a.msgs = append(a.msgs, message{eventID: base + ":replan", kind: MsgReplanRecased,
+						args: recased(args), delay: between(200*time.Millisecond, time.Second)})
+				case sc == ScenarioDuplicates && !a.near:
+					a.msgs = append(a.msgs,
+						message{eventID: base + ":call", kind: MsgRedeliveryMsgID, args: args, delay: between(0, 500*time.Millisecond)},
+						message{eventID: base + ":call", kind: MsgRedeliveryNoMsgID, args: args, noMsgID: true, delay: between(0, time.Second)},
+						message{eventID: base + ":replan1", kind: MsgReplan, args: args, delay: between(0, time.Second)},
+						message{eventID: base + ":replan2", kind: MsgReplan, args: variant, noMsgID: j%2 == 0, delay: between(0, time.Second)})
+				case sc != ScenarioDuplicates && j%5 == 4:
+					// The agent gave up waiting and asked again: during
+					// the ambiguity, in the fault scenarios.
+					a.msgs = append(a.msgs, message{eventID: base + ":replan", kind: MsgReplan, args: variant,
+						delay: between(200*time.Millisecond, 1500*time.Millisecond)})
+				}
+				switch t.kind {
+				case vendors.KindCapture:
+					a.entityKind, a.entityAttr, a.entity = t.kind, vendors.AttrOrderID, "ord_"+ent
+				case vendors.KindEmail:
+					a.entityKind, a.entityAttr, a.entity = t.kind, vendors.AttrMailbox, strings.ToLower(mailboxOf(ent))
+				}
+				p.actions = append(p.actions, a)
+			}
+			lanes[ti] = append(lanes[ti], p)
+		}
+	}
+	return lanes
+}
+
+// argsFor returns an action's arguments and a variant a re-planning model
+// might write that canonicalizes alike (other key order, white space, enum
+// case, padded strings). A near-duplicate differs from the action on the
+// same entity in a field of its key: another amount, reference or queue.
+func argsFor(t toolSpec, ent string, j int, near bool) (args, variant json.RawMessage) {
+	switch t.kind {
+	case vendors.KindCapture:
+		order, amount := "ord_"+ent, 100+j%5000
+		if near {
+			amount++
+		}
+		return raw(`{"order_id":%q,"customer_id":"cust_%d","amount_cents":%d,"currency":"USD"}`, order, j%97, amount),
+			raw(`{ "currency" : "usd",
+  "amount_cents": %d, "customer_id": "cust_%d", "order_id": " %s " }`, amount, j%97, order)
+	case vendors.KindEmail:
+		ref := "ref_" + ent
+		if near {
+			ref += "_b"
+		}
+		return raw(`{"to":%q,"template":"payment_receipt","reference":%q}`, mailboxOf(ent), ref),
+			raw(`{"reference": " %s ", "template": "Payment_Receipt", "to": %q}`, ref, mailboxOf(ent))
+	default:
+		queue := "billing"
+		if near {
+			queue = "technical"
+		}
+		conv := "conv_" + ent
+		return raw(`{"conversation_id":%q,"queue":%q,"summary":"eval ticket %d"}`, conv, queue, j),
+			raw(`{"summary":"eval ticket %d",  "queue": %q, "conversation_id":"%s "}`, j, strings.ToUpper(queue), conv)
+	}
+}
+
+// mailboxOf is the email address of an entity, in lower case.
+func mailboxOf(ent string) string { return "cust." + ent + "@eval.example" }
+
+// recased puts an email's address in another case: "Cust.…@EVAL.example".
+func recased(args json.RawMessage) json.RawMessage {
+	var m map[string]any
+	if json.Unmarshal(args, &m) != nil {
+		return args
+	}
+	to, _ := m["to"].(string)
+	local, domain, _ := strings.Cut(to, "@")
+	name, tld, _ := strings.Cut(domain, ".")
+	m["to"] = strings.ToUpper(local[:1]) + local[1:] + "@" + strings.ToUpper(name) + "." + tld
+	out, _ := json.Marshal(m)
+	return out
+}
+
+func raw(format string, a ...any) json.RawMessage { return json.RawMessage(fmt.Sprintf(format, a...)) }
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// faultFor is the fault a scenario injects for k requests on a tool's
+// route; ok is false for none. timeout is the tool's timeout.
+func faultFor(sc string, t toolSpec, k int, timeout, visibility time.Duration) (vendors.Fault, bool) {
+	f := vendors.Fault{Route: t.route, Times: k}
+	switch sc {
+	case ScenarioTimeoutAfterCommit:
+		f.Kind = vendors.FaultTimeoutAfterCommit
+	case ScenarioTimeoutBeforeCommit:
+		f.Kind = vendors.FaultTimeoutBeforeCommit
+	case Scenario500DelayedVisibility:
+		f.Kind, f.Delay = vendors.FaultDelayedVisibility, visibility
+	case ScenarioRateLimit:
+		f.Kind = vendors.FaultRateLimit
+	case ScenarioMalformed:
+		f.Kind = vendors.FaultMalformedAfterCommit
+	case ScenarioLatencyNear:
+		f.Kind, f.Delay = vendors.FaultLatency, timeout*8/10
+	case ScenarioLatencyBeyond:
+		f.Kind, f.Delay = vendors.FaultLatency, timeout*5/4
+	case ScenarioReset:
+		f.Kind = vendors.FaultResetAfterCommit
+	default:
+		return vendors.Fault{}, false
+	}
+	return f, k > 0
+}

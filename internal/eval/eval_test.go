@@ -1,0 +1,110 @@
+package eval_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/internal/app"
+	"github.com/opledger/opledger/internal/eval"
+	"github.com/opledger/opledger/internal/maintain"
+	"github.com/opledger/opledger/internal/reconcile"
+	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/pkg/op"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// TestRunSmallMatrix runs every default scenario, 15 actions each, against
+// the real stack (Postgres, JetStream, the stand-in vendors, three
+// dispatchers) and checks that there is no duplicate and nothing
+// unsettled, and that each KPI was measured on something: timeouts gave
+// unknown outcomes, reconciliation took time the event rows show, the
+// near-duplicates were probed, the clean path was timed.
+func TestRunSmallMatrix(t *testing.T) {
+	t.Parallel()
+	const settle = time.Second
+	rep, err := eval.Run(context.Background(), eval.Config{
+		PerScenario: 15, Seed: 7, Rate: 150,
+		// Inside the reconciler's settle delay, as the vendor must be.
+		VisibilityDelay: settle / 2,
+		PhaseTimeout:    20 * time.Second, SettleTimeout: 60 * time.Second,
+		Infra:     app.InfraConfig{DatabaseURL: testdb.New(t), MemoryStreams: true},
+		Reconcile: reconcile.Config{SettleDelay: settle},
+		Maintain:  maintain.Config{SweepInterval: 200 * time.Millisecond, ElectInterval: 100 * time.Millisecond},
+	})
+	require.NoError(t, err)
+	var text bytes.Buffer
+	rep.WriteText(&text)
+	k := rep.KPIs
+
+	require.False(t, rep.Failed(), text.String())
+	require.Zero(t, k.DuplicateEffects)
+	require.Zero(t, k.UnattributedEffects)
+	require.Zero(t, k.Unsettled)
+	require.Empty(t, rep.Findings)
+	require.Equal(t, 150, k.Actions)
+	require.Equal(t, 150, k.Operations, "one operation per business action")
+	require.Zero(t, k.UnansweredMessages)
+	require.Zero(t, k.SuccessWithoutEffect+k.FailedWithEffect)
+	require.Equal(t, map[string]int{string(op.StateCompletedSuccess): 150}, k.FinalStates, text.String())
+
+	// Ambiguity happened and was resolved without a person.
+	require.Positive(t, k.UnknownOutcomeRate)
+	require.Less(t, k.UnknownOutcomeRate, 1.0)
+	require.Equal(t, 1.0, k.ResolvedWithoutHumanShare)
+	require.Empty(t, k.Escalations)
+	// An operation retried after "not found" may be unknown twice; none is left open.
+	require.GreaterOrEqual(t, k.ReconciliationEpisodes, k.UnknownOutcomeOps)
+	require.Zero(t, k.ReconciliationOpen)
+	require.Positive(t, k.ReconciliationMeanMS)
+	require.GreaterOrEqual(t, k.ReconciliationP99MS, k.ReconciliationMeanMS)
+
+	// Dedupe: every kind of resend reached a decision, no distinct action was suppressed.
+	require.Equal(t, 3, k.NearDuplicateProbes) // 5 actions per tool in the duplicates scenario: j = 3
+	require.Zero(t, k.FalseDedupes)
+	require.Zero(t, k.ReplansNotRecognized)
+	// 4 of 5 actions per tool in the duplicates scenario are resent with
+	// the same event id, once with and once without Nats-Msg-Id.
+	require.Equal(t, 12, k.Decisions[string(op.DecisionDuplicateEvent)], "redeliveries without Nats-Msg-Id reached the ledger")
+	require.Equal(t, 12, k.Decisions["jetstream_duplicate"], "redeliveries with Nats-Msg-Id were dropped by JetStream")
+	// Re-plans: two per resent action there, one per fifth action elsewhere.
+	require.Equal(t, 12*2+9*3, k.Decisions[string(op.DecisionDuplicateOperation)])
+	require.Equal(t, 150, k.Decisions[string(op.DecisionNew)])
+
+	// The clean path was timed.
+	require.Equal(t, 15, k.LatencySamples)
+	require.Positive(t, k.AddedLatencyP50MS)
+	require.GreaterOrEqual(t, k.EndToEndP50MS, k.AddedLatencyP50MS)
+	require.Positive(t, k.VendorTimeP50MS)
+
+	by := map[string]eval.KPIs{}
+	for _, s := range rep.Scenarios {
+		by[s.Name] = s.KPIs
+	}
+	require.Len(t, by, len(eval.DefaultScenarios))
+	for _, s := range []string{eval.ScenarioSuccess, eval.ScenarioRateLimit, eval.ScenarioLatencyNear, eval.ScenarioDuplicates} {
+		require.Zero(t, by[s].UnknownOutcomeOps, "%s: the vendor answered in time", s)
+	}
+	for _, s := range []string{eval.ScenarioTimeoutAfterCommit, eval.ScenarioTimeoutBeforeCommit, eval.Scenario500DelayedVisibility,
+		eval.ScenarioMalformed, eval.ScenarioLatencyBeyond, eval.ScenarioReset} {
+		require.Equal(t, 1.0, by[s].UnknownOutcomeRate, "%s: every operation's outcome was ambiguous", s)
+	}
+	// The vendor never had the request: "not found" is trusted only after
+	// the settle delay, measured on the event rows.
+	require.GreaterOrEqual(t, by[eval.ScenarioTimeoutBeforeCommit].ReconciliationMeanMS, float64(settle.Milliseconds()))
+	// The vendor had it: the first lookup finds it.
+	require.Less(t, by[eval.ScenarioTimeoutAfterCommit].ReconciliationMeanMS, float64(settle.Milliseconds()))
+	require.Len(t, rep.Faults, 8*3, "one fault per faulted scenario and tool")
+
+	var js bytes.Buffer
+	require.NoError(t, rep.WriteJSON(&js, "opledger eval -n 15"))
+	var back map[string]any
+	require.NoError(t, json.Unmarshal(js.Bytes(), &back))
+	require.Equal(t, "opledger eval -n 15", back["command"])
+	require.Contains(t, text.String(), "PASS")
+}
