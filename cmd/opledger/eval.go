@@ -27,7 +27,7 @@ func runEval(ctx context.Context, args []string, env func(string) (string, bool)
 	var cfg eval.Config
 	n := fs.Int("n", 500, "business actions per scenario, spread over capture_payment, send_email and create_ticket")
 	total := fs.Int("ops", 0, "business actions over all scenarios, split evenly (overrides -n)")
-	scenarios := fs.String("scenarios", strings.Join(eval.DefaultScenarios, ","), "comma-separated scenarios to run, in order; also: "+eval.ScenarioRecasedEmail)
+	scenarios := fs.String("scenarios", strings.Join(eval.DefaultScenarios, ","), "comma-separated scenarios to run, in order")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the corpus, its timing and the kills")
 	fs.IntVar(&cfg.Dispatchers, "dispatchers", 3, "dispatcher instances (processes with -kill)")
 	fs.IntVar(&cfg.DispatchWorkers, "dispatch-workers", 0, "concurrent vendor calls per dispatcher (0: the service default; in-process only)")

@@ -45,6 +45,14 @@ type EntityLease struct {
 	ExpiresAt   time.Time
 }
 
+type EntityVersion struct {
+	EntityType string
+	EntityID   string
+	Seq        int64
+	LastAction string
+	LastSeq    int64
+}
+
 type Inbox struct {
 	Source         string
 	EventID        string

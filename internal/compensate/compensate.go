@@ -160,12 +160,18 @@ func Request(ctx context.Context, st *store.Store, reg *registry.Registry, origi
 			return fmt.Errorf("compensation of %s: %w", orig.ID, err)
 		}
 		p.Operation.CompensatesID = orig.ID
+		var sub0 *store.EntityVersion
+		if ev := p.EntityVersion; ev != nil {
+			sub0 = &store.EntityVersion{EntityType: ev.EntityType, EntityID: ev.EntityID, Action: ev.Action, Key: ev.Key}
+		}
 		tp := telemetry.FromTraceID(orig.TraceID)
 		sub := store.Submission{Source: Source, EventID: "compensate:" + orig.ID, Payload: args, WorkflowID: orig.WorkflowID,
-			Operation: p.Operation, Initial: p.Initial, Actor: actor}
+			Operation: p.Operation, Initial: p.Initial, Actor: actor, EntityVersion: sub0}
 		if p.Initial == op.EventEnqueue {
 			p.Operation.State = op.StatePendingDispatch
-			sub.Outbox = []store.Message{outbox.Command(wire.KindDispatch, p.Operation, sub.EventID, tp, 0)}
+			sub.Outbox = func(o *op.Operation) []store.Message {
+				return []store.Message{outbox.Command(wire.KindDispatch, o, sub.EventID, tp, 0)}
+			}
 		}
 		res, err := tx.Submit(ctx, sub)
 		if err != nil {

@@ -32,20 +32,22 @@ const (
 	// event id with and without Nats-Msg-Id, re-plans under new event ids),
 	// and a quarter are near-duplicates of another, genuinely different.
 	ScenarioDuplicates = "duplicate_deliveries"
-	// ScenarioRecasedEmail (not run by default): every email is re-planned
-	// with the address in another case: the same mailbox, which the
-	// canonical arguments do not know. It probes a known gap.
-	ScenarioRecasedEmail = "replan_recased_email"
+	// ScenarioLookAlikes: every action is re-planned with look-alike
+	// arguments: the same order id or conversation with invisible
+	// characters (zero-width space, byte order mark), the email address in
+	// other cases. One action each: identity normalization must fold them.
+	ScenarioLookAlikes = "look_alike_replans"
 )
 
 // DefaultScenarios are run unless told otherwise.
 var DefaultScenarios = []string{
 	ScenarioSuccess, ScenarioTimeoutAfterCommit, ScenarioTimeoutBeforeCommit, Scenario500DelayedVisibility,
 	ScenarioRateLimit, ScenarioMalformed, ScenarioLatencyNear, ScenarioLatencyBeyond, ScenarioReset, ScenarioDuplicates,
+	ScenarioLookAlikes,
 }
 
 // AllScenarios are every scenario Config.Scenarios may name.
-var AllScenarios = append(slices.Clone(DefaultScenarios), ScenarioRecasedEmail)
+var AllScenarios = slices.Clone(DefaultScenarios)
 
 // toolSpec is a tool of the example registry the corpus uses, with where
 // its vendor counts the effects.
@@ -108,12 +110,6 @@ func buildCorpus(run string, scenarios []string, n int, seed uint64) [][]*phase 
 		code := fmt.Sprintf("s%02d", slices.Index(AllScenarios, sc))
 		for ti, t := range tools {
 			k := n/len(tools) + boolInt(ti < n%len(tools))
-			if sc == ScenarioRecasedEmail {
-				k = 0
-				if t.name == "send_email" {
-					k = n
-				}
-			}
 			if k == 0 {
 				continue
 			}
@@ -132,9 +128,9 @@ func buildCorpus(run string, scenarios []string, n int, seed uint64) [][]*phase 
 				args, variant := argsFor(t, ent, j, a.near)
 				a.msgs = append(a.msgs, message{eventID: base + ":call", kind: MsgOriginal, args: args})
 				switch {
-				case sc == ScenarioRecasedEmail:
-					a.msgs = append(a.msgs, message{eventID: base + ":replan", kind: MsgReplanRecased,
-						args: recased(args), delay: between(200*time.Millisecond, time.Second)})
+				case sc == ScenarioLookAlikes:
+					a.msgs = append(a.msgs, message{eventID: base + ":replan", kind: MsgReplanLookAlike,
+						args: lookAlike(t, args, j), delay: between(200*time.Millisecond, time.Second)})
 				case sc == ScenarioDuplicates && !a.near:
 					a.msgs = append(a.msgs,
 						message{eventID: base + ":call", kind: MsgRedeliveryMsgID, args: args, delay: between(0, 500*time.Millisecond)},
@@ -196,16 +192,30 @@ func argsFor(t toolSpec, ent string, j int, near bool) (args, variant json.RawMe
 // mailboxOf is the email address of an entity, in lower case.
 func mailboxOf(ent string) string { return "cust." + ent + "@eval.example" }
 
-// recased puts an email's address in another case: "Cust.…@EVAL.example".
-func recased(args json.RawMessage) json.RawMessage {
+// lookAlike rewrites an action's identity fields the way a re-planning
+// model or a copy-paste might, so they look the same and mean the same: an
+// invisible character added, an email address in other cases.
+func lookAlike(t toolSpec, args json.RawMessage, j int) json.RawMessage {
 	var m map[string]any
 	if json.Unmarshal(args, &m) != nil {
 		return args
 	}
-	to, _ := m["to"].(string)
-	local, domain, _ := strings.Cut(to, "@")
-	name, tld, _ := strings.Cut(domain, ".")
-	m["to"] = strings.ToUpper(local[:1]) + local[1:] + "@" + strings.ToUpper(name) + "." + tld
+	invisible := []string{"\u200b", "\ufeff", "\u2060", "\u00ad", "\u200d"}[j%5]
+	switch t.kind {
+	case vendors.KindCapture:
+		order, _ := m["order_id"].(string)
+		m["order_id"] = order[:len(order)/2] + invisible + order[len(order)/2:]
+	case vendors.KindEmail:
+		to, _ := m["to"].(string)
+		local, domain, _ := strings.Cut(to, "@")
+		if j%2 == 0 {
+			local = strings.ToUpper(local[:1]) + local[1:]
+		}
+		m["to"] = local + invisible + "@" + strings.ToUpper(domain)
+	default:
+		conv, _ := m["conversation_id"].(string)
+		m["conversation_id"] = invisible + conv
+	}
 	out, _ := json.Marshal(m)
 	return out
 }

@@ -47,11 +47,11 @@ func TestRunSmallMatrix(t *testing.T) {
 	require.Zero(t, k.UnattributedEffects)
 	require.Zero(t, k.Unsettled)
 	require.Empty(t, rep.Findings)
-	require.Equal(t, 150, k.Actions)
-	require.Equal(t, 150, k.Operations, "one operation per business action")
+	require.Equal(t, 165, k.Actions)
+	require.Equal(t, 165, k.Operations, "one operation per business action, look-alikes included")
 	require.Zero(t, k.UnansweredMessages)
 	require.Zero(t, k.SuccessWithoutEffect+k.FailedWithEffect)
-	require.Equal(t, map[string]int{string(op.StateCompletedSuccess): 150}, k.FinalStates, text.String())
+	require.Equal(t, map[string]int{string(op.StateCompletedSuccess): 165}, k.FinalStates, text.String())
 
 	// Ambiguity happened and was resolved without a person.
 	require.Positive(t, k.UnknownOutcomeRate)
@@ -72,9 +72,10 @@ func TestRunSmallMatrix(t *testing.T) {
 	// the same event id, once with and once without Nats-Msg-Id.
 	require.Equal(t, 12, k.Decisions[string(op.DecisionDuplicateEvent)], "redeliveries without Nats-Msg-Id reached the ledger")
 	require.Equal(t, 12, k.Decisions["jetstream_duplicate"], "redeliveries with Nats-Msg-Id were dropped by JetStream")
-	// Re-plans: two per resent action there, one per fifth action elsewhere.
-	require.Equal(t, 12*2+9*3, k.Decisions[string(op.DecisionDuplicateOperation)])
-	require.Equal(t, 150, k.Decisions[string(op.DecisionNew)])
+	// Re-plans: two per resent action there, one per fifth action in the
+	// fault scenarios, one per look-alike.
+	require.Equal(t, 12*2+9*3+15, k.Decisions[string(op.DecisionDuplicateOperation)])
+	require.Equal(t, 165, k.Decisions[string(op.DecisionNew)])
 
 	// The clean path was timed.
 	require.Equal(t, 15, k.LatencySamples)

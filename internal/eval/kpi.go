@@ -57,9 +57,10 @@ const (
 	// MsgReplan is the same business action under a new event id, with
 	// arguments that canonicalize alike (a re-planning agent).
 	MsgReplan = "replan"
-	// MsgReplanRecased is a re-plan whose email address differs only in
-	// case: the same mailbox, but not the same canonical arguments.
-	MsgReplanRecased = "replan_recased"
+	// MsgReplanLookAlike is a re-plan whose identity fields look the same
+	// and mean the same (invisible characters, an address in other cases):
+	// identity normalization folds it onto the action.
+	MsgReplanLookAlike = "replan_look_alike"
 )
 
 // MessageObs is one published message and the ledger's decision on it.
@@ -252,7 +253,7 @@ func Compute(o Observations) KPIs {
 			}
 		}
 		for _, m := range a.Messages {
-			if (m.Kind == MsgReplan || m.Kind == MsgReplanRecased) && m.Decision != "" &&
+			if (m.Kind == MsgReplan || m.Kind == MsgReplanLookAlike) && m.Decision != "" &&
 				(m.OperationID == "" || m.OperationID != origOp || m.Decision == op.DecisionConflict || m.Decision == op.DecisionRejected) {
 				k.ReplansNotRecognized++
 			}

@@ -110,7 +110,7 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 		// through. The agent still gets an answer: the intent is recorded
 		// and answered as rejected.
 		s.log.Warn().Err(err).Str("event_id", sub.EventID).Msg("the ledger refused the intent; rejecting it")
-		sub.Operation, sub.Outbox, sub.Reopen, sub.Initial = nil, nil, nil, ""
+		sub.Operation, sub.Outbox, sub.Initial = nil, nil, ""
 		sub.RejectReason = "the ledger could not store this intent: " + reason(err)
 		ans, err = s.submit(ctx, sub, tool, sub.RejectReason, tp)
 	}
@@ -209,11 +209,13 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 		return sub, tool, sub.RejectReason
 	}
 	sub.Operation, sub.Initial = p.Operation, p.Initial
+	if ev := p.EntityVersion; ev != nil {
+		sub.EntityVersion = &store.EntityVersion{EntityType: ev.EntityType, EntityID: ev.EntityID, Action: ev.Action, Key: ev.Key}
+	}
 	if p.Initial == op.EventEnqueue {
 		p.Operation.State = op.StatePendingDispatch
-		sub.Outbox = []store.Message{outbox.Command(wire.KindDispatch, p.Operation, in.EventID, tp, 0)}
-		sub.Reopen = func(after *op.Operation) []store.Message {
-			return []store.Message{outbox.Command(wire.KindDispatch, after, in.EventID, tp, 0)}
+		sub.Outbox = func(o *op.Operation) []store.Message {
+			return []store.Message{outbox.Command(wire.KindDispatch, o, in.EventID, tp, 0)}
 		}
 	}
 	return sub, tool, ""

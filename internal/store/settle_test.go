@@ -283,9 +283,11 @@ func TestOneMaintenanceLeader(t *testing.T) {
 	require.Error(t, la.Heartbeat(ctx), "the dead leader learns it")
 	la.Release()
 	released = true
-	lb, err = b.TryLead(ctx, "b")
-	require.NoError(t, err)
-	require.NotNil(t, lb, "b takes over once a's session is gone")
+	// The killed backend releases its locks as it exits, a moment later.
+	require.Eventually(t, func() bool {
+		lb, err = b.TryLead(ctx, "b")
+		return err == nil && lb != nil
+	}, 5*time.Second, 10*time.Millisecond, "b takes over once a's session is gone")
 	holder, _, err = b.Leader(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "b", holder)

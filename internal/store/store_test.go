@@ -58,7 +58,9 @@ func submission(eventID string, o *op.Operation) store.Submission {
 	return store.Submission{
 		Source: "nats:intents", EventID: eventID, Payload: []byte(`{"event":"` + eventID + `"}`), WorkflowID: o.WorkflowID,
 		Operation: o, Initial: op.EventEnqueue,
-		Outbox: []store.Message{{Subject: "opledger.ops.dispatch." + o.Tool, MsgID: "dispatch:" + o.ID, Payload: []byte(o.ID), OperationID: o.ID}},
+		Outbox: func(*op.Operation) []store.Message {
+			return []store.Message{{Subject: "opledger.ops.dispatch." + o.Tool, MsgID: "dispatch:" + o.ID, Payload: []byte(o.ID), OperationID: o.ID}}
+		},
 	}
 }
 

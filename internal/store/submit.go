@@ -32,22 +32,34 @@ type Submission struct {
 	// class, ...). Its State is ignored: a new operation starts in planned and
 	// Initial moves it on. Required unless RejectReason is set.
 	Operation *op.Operation
+	// EntityVersion, when set, completes Operation.IdempotencyKey from the
+	// entity's version (a key template with {entity_version}).
+	EntityVersion *EntityVersion
 	// Initial is the event applied right after creation: op.EventEnqueue, or
 	// op.EventRequireApproval. Empty leaves the operation in planned.
 	Initial op.Event
-	// Outbox holds the messages to write with a new operation (the dispatch
-	// command), in the same transaction. Not written for duplicates.
-	Outbox []Message
-	// Reopen builds the messages (the dispatch command) for an existing
+	// Outbox builds the messages that set the operation going (its dispatch
+	// command) from the operation as created, written in the same
+	// transaction; nil for an operation that waits (approval). Not written
+	// for duplicates. A submission with an Outbox also reopens an existing
 	// operation with the same key and arguments that failed without any
-	// effect (op.Operation.Reopenable), which this submission then runs
-	// again (op.DecisionReopened). Nil never reopens.
-	Reopen func(after *op.Operation) []Message
+	// effect (op.Operation.Reopenable): decision reopened, and Outbox is
+	// called with the operation as reopened.
+	Outbox func(o *op.Operation) []Message
 	// Answer, when set, is called once the decision is known; the messages
 	// it returns (the answer to the sender) are written in the same
 	// transaction, whatever the decision.
 	Answer func(*SubmitResult) []Message
 	Actor  string
+}
+
+// EntityVersion asks for a key that depends on its entity's version: the
+// version is the last action's when Action repeats it, the next otherwise
+// (see registry.EntityVersioning).
+type EntityVersion struct {
+	EntityType, EntityID string
+	Action               string
+	Key                  func(version int64) (string, error)
 }
 
 // SubmitResult says what the ledger made of a Submission.
@@ -118,6 +130,15 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 			return nil, fmt.Errorf("submit %s/%s: %w", s.Source, s.EventID, err)
 		}
 	}
+	if ev := s.EntityVersion; ev != nil {
+		v, err := t.q.EntityVersionFor(ctx, dbsqlc.EntityVersionForParams{EntityType: ev.EntityType, EntityID: ev.EntityID, Action: ev.Action})
+		if err != nil {
+			return nil, fmt.Errorf("submit %s/%s: entity version: %w", s.Source, s.EventID, translate(err))
+		}
+		if o.IdempotencyKey, err = ev.Key(v); err != nil {
+			return nil, fmt.Errorf("submit %s/%s: %w", s.Source, s.EventID, err)
+		}
+	}
 	var compensates *string
 	if o.CompensatesID != "" {
 		compensates = &o.CompensatesID
@@ -140,11 +161,11 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 		case got.ArgsHash != o.ArgsHash:
 			res.Decision = op.DecisionConflict
 			res.Reason = fmt.Sprintf("idempotency key already used by operation %s with different arguments", got.ID)
-		case got.Reopenable() && s.Reopen != nil:
+		case got.Reopenable() && s.Outbox != nil:
 			// It failed without any effect: this intent runs it again, under
 			// the same key, as a new generation.
 			after, err := t.Transition(ctx, Change{OperationID: got.ID, From: got.State, LeaseEpoch: got.LeaseEpoch,
-				Events: []op.Event{op.EventReopen}, Reopen: true, Actor: s.Actor, Operation: got, Outbox: s.Reopen,
+				Events: []op.Event{op.EventReopen}, Reopen: true, Actor: s.Actor, Operation: got, Outbox: s.Outbox,
 				Detail: map[string]string{"source": s.Source, "event_id": s.EventID}})
 			if err != nil {
 				return nil, fmt.Errorf("submit %s/%s: reopen %s: %w", s.Source, s.EventID, got.ID, err)
@@ -172,8 +193,10 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 			p.FromStates, p.ToStates = append(p.FromStates, string(op.StatePlanned)), append(p.ToStates, string(state))
 			p.Details = append(p.Details, nil)
 		}
-		if err := rows.add(s.Outbox); err != nil {
-			return nil, err
+		if s.Outbox != nil {
+			if err := rows.add(s.Outbox(got)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if s.Answer != nil {

@@ -19,6 +19,12 @@ const MaxKeyLen = 255
 // same name.
 const ArgsHashField = "_args_hash"
 
+// EntityVersionField is a placeholder the caller fills in (RenderWith): the
+// version of the operation's entity when the intent was accepted, so that
+// setting a field back to an earlier value after another change of the
+// entity is a new action, not a repeat.
+const EntityVersionField = "entity_version"
+
 // Template is a parsed key template such as
 // "payment:{order_id}:capture:{amount_cents}:{currency}". It is immutable and
 // safe for concurrent use.
@@ -123,10 +129,16 @@ func (t *Template) Fields() []string { return append([]string(nil), t.fields...)
 // Errors: *FieldError (ErrInvalidArgs) naming a placeholder field that is
 // missing, null, an object or an array; ErrInvalidTemplate when version < 1.
 func (t *Template) Render(a *Args, version int) (string, error) {
+	return t.RenderWith(a, version, nil)
+}
+
+// RenderWith is Render with values for placeholders that are not arguments
+// (EntityVersionField): given is consulted before the arguments.
+func (t *Template) RenderWith(a *Args, version int, given map[string]string) (string, error) {
 	if version < 1 {
 		return "", fmt.Errorf("%w: %q: version must be at least 1, got %d", ErrInvalidTemplate, t.src, version)
 	}
-	s, err := t.expand(a)
+	s, err := t.expand(a, given)
 	if err != nil {
 		return "", err
 	}
@@ -138,14 +150,24 @@ func (t *Template) Render(a *Args, version int) (string, error) {
 //
 // Errors: as Render.
 func (t *Template) Expand(a *Args) (string, error) {
-	s, err := t.expand(a)
+	s, err := t.expand(a, nil)
 	if err != nil {
 		return "", err
 	}
 	return capKey(s), nil
 }
 
-func (t *Template) expand(a *Args) (string, error) {
+// Uses reports whether the template has the placeholder field.
+func (t *Template) Uses(field string) bool {
+	for _, f := range t.fields {
+		if f == field {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *Template) expand(a *Args, given map[string]string) (string, error) {
 	if a == nil {
 		return "", &FieldError{Reason: "no arguments to render the key template from"}
 	}
@@ -157,6 +179,10 @@ func (t *Template) expand(a *Args) (string, error) {
 		}
 		if p.text == ArgsHashField {
 			b.WriteString(a.Hash)
+			continue
+		}
+		if v, ok := given[p.text]; ok {
+			escapeKeyValue(&b, v)
 			continue
 		}
 		v, ok := a.lookup(p.text)

@@ -26,20 +26,22 @@ type fileDoc struct {
 }
 
 type fileTool struct {
-	Description     string            `yaml:"description"`
-	SideEffectClass string            `yaml:"side_effect_class"`
-	Version         int               `yaml:"version"`
-	Intent          string            `yaml:"intent"`
-	Entity          *fileEntity       `yaml:"entity"`
-	KeyTemplate     string            `yaml:"key_template"`
-	ArgsSchema      map[string]any    `yaml:"args_schema"`
-	Timeout         string            `yaml:"timeout"`
-	Retry           *fileRetry        `yaml:"retry"`
-	Lease           *fileLease        `yaml:"lease"`
-	Approval        *fileApproval     `yaml:"approval"`
-	Dedupe          *fileDedupe       `yaml:"dedupe"`
-	Adapter         *fileAdapter      `yaml:"adapter"`
-	Compensation    *fileCompensation `yaml:"compensation"`
+	Description     string              `yaml:"description"`
+	SideEffectClass string              `yaml:"side_effect_class"`
+	Version         int                 `yaml:"version"`
+	Intent          string              `yaml:"intent"`
+	Entity          *fileEntity         `yaml:"entity"`
+	KeyTemplate     string              `yaml:"key_template"`
+	ArgsSchema      map[string]any      `yaml:"args_schema"`
+	Timeout         string              `yaml:"timeout"`
+	ApplyBound      string              `yaml:"apply_bound"`
+	Normalize       map[string][]string `yaml:"normalize"`
+	Retry           *fileRetry          `yaml:"retry"`
+	Lease           *fileLease          `yaml:"lease"`
+	Approval        *fileApproval       `yaml:"approval"`
+	Dedupe          *fileDedupe         `yaml:"dedupe"`
+	Adapter         *fileAdapter        `yaml:"adapter"`
+	Compensation    *fileCompensation   `yaml:"compensation"`
 }
 
 type fileCompensation struct {
@@ -197,6 +199,9 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 	} else {
 		t.key = tmpl
 		p.checkFields("key_template", tmpl, ft.ArgsSchema)
+		if tmpl.Uses(canon.EntityVersionField) && (ft.Entity == nil || ft.Entity.ID == "") {
+			p.add("key_template", "placeholder {%s} needs entity.type and entity.id: it counts changes of that entity", canon.EntityVersionField)
+		}
 	}
 
 	if ft.Entity != nil {
@@ -315,6 +320,8 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 		}
 		t.Compensation = &Compensation{Tool: c.Tool, Args: c.Args}
 	}
+	p.identity(t, ft)
+	p.applyBound(t, ft)
 	return t, p.list
 }
 
@@ -595,10 +602,64 @@ func (p *problems) configError(err error) {
 	p.add(field, "%s", userTerms(ce.Reason, strings.HasPrefix(ce.Field, "Lookup.")))
 }
 
-// checkFields reports key template placeholders that are not arguments
-// ({_args_hash} is computed, not an argument).
+// identity compiles the tool's identity: the fields its key, entity and
+// dedupe templates name, and the normalizers the registry gives fields.
+func (p *problems) identity(t *Tool, ft *fileTool) {
+	var fields []string
+	for _, tmpl := range []*canon.Template{t.key, t.entityID, t.Dedupe.key} {
+		if tmpl == nil {
+			continue
+		}
+		for _, f := range tmpl.Fields() {
+			if f != canon.ArgsHashField && f != canon.EntityVersionField {
+				fields = append(fields, f)
+			}
+		}
+	}
+	for _, f := range sortedKeys(ft.Normalize) {
+		if !schemaHasField(ft.ArgsSchema, f, "string") {
+			p.add("normalize."+f, "must name a string property of args_schema")
+		}
+		if len(ft.Normalize[f]) == 0 {
+			p.add("normalize."+f, "needs at least one normalizer: %s", strings.Join(canon.NormalizerNames(), ", "))
+		}
+	}
+	id, err := canon.NewIdentity(fields, ft.Normalize)
+	if err != nil {
+		p.add("normalize", "%v", strings.TrimPrefix(err.Error(), canon.ErrInvalidSchema.Error()+": "))
+		return
+	}
+	t.identity = id
+}
+
+// DefaultApplyBound is apply_bound for a tool whose vendor does not
+// deduplicate by our key (external_non_idempotent, or external_irreversible
+// without an idempotency header) and whose registry entry says nothing.
+const DefaultApplyBound = 5 * time.Minute
+
+// applyBound sets how long after a request was sent the vendor may still
+// apply it: until then, a lookup's "not found" proves nothing.
+func (p *problems) applyBound(t *Tool, ft *fileTool) {
+	if !t.Class.External() || t.Adapter.VendorIdempotency {
+		// The vendor dedupes by our key (or nothing leaves our boundary):
+		// a second request cannot make a second effect.
+		t.ApplyBound = p.duration("apply_bound", ft.ApplyBound, 0)
+		return
+	}
+	t.ApplyBound = p.duration("apply_bound", ft.ApplyBound, DefaultApplyBound)
+	if ft.ApplyBound != "" && t.ApplyBound < t.Timeout && !p.has("apply_bound") {
+		p.add("apply_bound", "must not be shorter than timeout (%s): a request may be applied as long as it may be in flight", t.Timeout)
+	}
+}
+
+// checkFields reports template placeholders that are not arguments
+// ({_args_hash} is computed, not an argument; {entity_version} is filled in
+// when the intent is accepted, and only in a key template).
 func (p *problems) checkFields(field string, tmpl *canon.Template, schema map[string]any) {
 	for _, f := range tmpl.Fields() {
+		if f == canon.EntityVersionField && field == "key_template" && !schemaHasField(schema, f, "") {
+			continue
+		}
 		if f != canon.ArgsHashField && !schemaHasField(schema, f, "") {
 			p.add(field, "placeholder {%s} is not a property of args_schema", f)
 		}

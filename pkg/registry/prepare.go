@@ -28,7 +28,11 @@ type Prepared struct {
 	Initial op.Event
 	// DedupeKey is the semantic dedupe window key ("" when the tool has none).
 	DedupeKey string
-	Args      *canon.Args
+	// EntityVersion, when the key template has {entity_version}, completes
+	// the key when the intent is accepted; Operation.IdempotencyKey is
+	// empty until then.
+	EntityVersion *EntityVersioning
+	Args          *canon.Args
 }
 
 // Prepare canonicalizes the arguments, derives the idempotency key and entity,
@@ -41,12 +45,23 @@ func (t *Tool) Prepare(p Proposal) (*Prepared, error) {
 	if p.WorkflowID == "" {
 		return nil, fmt.Errorf("tool %s: workflow id is required: %w", t.Name, op.ErrInvalid)
 	}
-	args, err := t.schema.Canonicalize(p.Args)
+	args, err := t.schema.CanonicalizeIdentity(p.Args, t.identity)
 	if err != nil {
 		return nil, fmt.Errorf("tool %s: %w", t.Name, err)
 	}
-	key, err := t.Key(args)
-	if err != nil {
+	var key string
+	var ev *EntityVersioning
+	if t.key != nil && t.key.Uses(canon.EntityVersionField) {
+		// The key is completed when the intent is accepted, from the
+		// entity's version at that moment (see EntityVersioning).
+		action, err := t.key.RenderWith(args, t.Version, map[string]string{canon.EntityVersionField: "*"})
+		if err != nil {
+			return nil, fmt.Errorf("tool %s: idempotency key: %w", t.Name, err)
+		}
+		ev = &EntityVersioning{Action: action, Key: func(v int64) (string, error) {
+			return t.key.RenderWith(args, t.Version, map[string]string{canon.EntityVersionField: strconv.FormatInt(v, 10)})
+		}}
+	} else if key, err = t.Key(args); err != nil {
 		return nil, err
 	}
 	o := &op.Operation{
@@ -62,7 +77,10 @@ func (t *Tool) Prepare(p Proposal) (*Prepared, error) {
 			return nil, fmt.Errorf("tool %s: entity id: %w", t.Name, err)
 		}
 	}
-	pr := &Prepared{Operation: o, Initial: op.EventEnqueue, Args: args}
+	pr := &Prepared{Operation: o, Initial: op.EventEnqueue, Args: args, EntityVersion: ev}
+	if ev != nil {
+		ev.EntityType, ev.EntityID = o.EntityType, o.EntityID
+	}
 	if t.approvalRequired(args) {
 		pr.Initial = op.EventRequireApproval
 	}
@@ -72,6 +90,21 @@ func (t *Tool) Prepare(p Proposal) (*Prepared, error) {
 		}
 	}
 	return pr, nil
+}
+
+// EntityVersioning completes a key that depends on its entity's version.
+// The ledger keeps, per entity, a version and the last action accepted on
+// it (the key with "*" for the version): an intent for the same action as
+// the last one gets that action's version (a repeat: the same key); any
+// other action moves the version on. So after active → suspended, setting
+// the status back to active is a new action, while sending "active" twice
+// in a row is one.
+type EntityVersioning struct {
+	EntityType, EntityID string
+	// Action is the key with the version left out.
+	Action string
+	// Key renders the key for a version.
+	Key func(version int64) (string, error)
 }
 
 // Key derives the idempotency key of canonical args: the tool's template over

@@ -79,8 +79,8 @@ func TestUnknownFields(t *testing.T) {
 			"line 7: tool read_thing: adapter.lookup: unknown field foud_status; did you mean found_status?",
 		}},
 		"nothing close": {tool + "    colour: blue\n", []string{
-			"line 8: tool read_thing: unknown field colour; the fields here are adapter, approval, args_schema, compensation, " +
-				"dedupe, description, entity, intent, key_template, lease, retry, side_effect_class, timeout, version",
+			"line 8: tool read_thing: unknown field colour; the fields here are adapter, apply_bound, approval, args_schema, compensation, " +
+				"dedupe, description, entity, intent, key_template, lease, normalize, retry, side_effect_class, timeout, version",
 		}},
 	} {
 		require.Equal(t, tc.want, problems(t, tc.doc, registry.Options{}), name)

@@ -52,8 +52,15 @@ type Tool struct {
 	key        *canon.Template
 	schema     *canon.Schema
 	// ArgsSchema is the raw JSON Schema (for MCP tool listings and docs).
-	ArgsSchema   json.RawMessage
-	Timeout      time.Duration
+	ArgsSchema json.RawMessage
+	Timeout    time.Duration
+	// ApplyBound is how long after a request was sent the vendor may still
+	// apply it. Until it has passed (and the settle delay after it, on the
+	// database's clock), a lookup that finds nothing is not evidence that
+	// the request was never applied; a tool whose vendor deduplicates by
+	// our key has none.
+	ApplyBound   time.Duration
+	identity     *canon.Identity
 	Retry        RetryPolicy
 	Lease        LeasePolicy
 	Approval     ApprovalRule
