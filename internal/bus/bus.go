@@ -298,6 +298,21 @@ func (e permanentError) Unwrap() error { return e.err }
 // Permanent marks err as not worth redelivering the message for.
 func Permanent(err error) error { return permanentError{err} }
 
+type laterError struct {
+	err   error
+	delay time.Duration
+}
+
+func (e laterError) Error() string { return e.err.Error() }
+func (e laterError) Unwrap() error { return e.err }
+
+// RetryIn asks for the message to be redelivered after delay (capped at 5
+// minutes) rather than after the usual backoff: the handler knows when the
+// answer it waits for can come.
+func RetryIn(err error, delay time.Duration) error {
+	return laterError{err: err, delay: min(max(delay, 0), 5*time.Minute)}
+}
+
 // ConsumerConfig configures a durable pull consumer shared by every process
 // that uses the same Durable name: each message goes to one of them.
 type ConsumerConfig struct {
@@ -588,6 +603,10 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		delay := time.Duration(d.Delivered*d.Delivered) * 100 * time.Millisecond
 		if delay > 10*time.Second {
 			delay = 10 * time.Second
+		}
+		var later laterError
+		if errors.As(err, &later) {
+			delay = later.delay
 		}
 		if ctx.Err() == nil {
 			b.log.Warn().Err(err).Str("consumer", cfg.Durable).Str("subject", d.Subject).Uint64("delivered", d.Delivered).Msg("handler failed; redelivering")

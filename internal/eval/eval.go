@@ -38,10 +38,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/opledger/opledger/examples"
 	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/ingest"
 	"github.com/opledger/opledger/internal/maintain"
 	"github.com/opledger/opledger/internal/reconcile"
+	"github.com/opledger/opledger/internal/regedit"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/pkg/client"
 	"github.com/opledger/opledger/pkg/op"
@@ -69,6 +71,12 @@ type Config struct {
 	// found" only after its settle delay: a longer visibility delay is a
 	// vendor outside what the reconciler is configured for.
 	VisibilityDelay time.Duration
+	// ApplyBound is the apply bound the registry declares for tools whose
+	// vendor does not deduplicate by our key (send_email): how long the
+	// stand-in vendor may still apply a request after it was sent. The
+	// slowest scenario applies at 125% of the tool's timeout, so the default
+	// is twice the timeout of the slowest such tool.
+	ApplyBound time.Duration
 	// PhaseTimeout bounds the wait for one scenario's operations to settle
 	// before a lane moves on (default 30s); SettleTimeout bounds the wait for
 	// every operation at the end (default 3m).
@@ -220,6 +228,7 @@ func (c *Config) settings() []Setting {
 		{"dispatch_workers", "dispatch workers per dispatcher", workers},
 		{"rate", "rate", fmt.Sprintf("%.0f actions/s over 3 lanes", c.Rate)},
 		{"visibility_delay", "delayed visibility", c.VisibilityDelay.String()},
+		{"apply_bound", "declared vendor apply bound (send_email)", applyBoundText(c.ApplyBound)},
 		{"settle_delay", "reconciler settle delay", settle.String()},
 		{"sweep", "sweep interval / dispatched grace", sweep.String() + " / " + grace.String()},
 		{"timeouts", "phase timeout / settle timeout", c.PhaseTimeout.String() + " / " + c.SettleTimeout.String()},
@@ -324,7 +333,14 @@ func (r *runner) start(ctx context.Context, rep *Report) (cleanup func(), err er
 	if cfg.Kill {
 		sc.Run = []string{app.PlannerIngest, app.Compensator}
 	}
-	if r.stack, err = app.StartStack(ctx, app.StackConfig{Infra: cfg.Infra, Services: sc, Log: cfg.Log}); err != nil {
+	regYAML, bound, err := evalRegistry(cfg.ApplyBound)
+	if err != nil {
+		return cleanup, err
+	}
+	r.cfg.ApplyBound = bound
+	rep.Settings = r.cfg.settings()
+	if r.stack, err = app.StartStack(ctx, app.StackConfig{Infra: cfg.Infra, Services: sc, Log: cfg.Log,
+		Registry: app.RegistryConfig{YAML: regYAML}}); err != nil {
 		return cleanup, err
 	}
 	undo = append(undo, r.stack.Close)
@@ -337,7 +353,7 @@ func (r *runner) start(ctx context.Context, rep *Report) (cleanup func(), err er
 		r.timeouts[t.name] = tool.Timeout
 	}
 	if cfg.Kill {
-		if r.fleet, err = startFleet(ctx, cfg, r.stack.Infra.DatabaseURL, r.stack.Infra.NATSURL, r.stack.Vendors.URL(), cfg.Seed); err != nil {
+		if r.fleet, err = startFleet(ctx, cfg, regYAML, r.stack.Infra.DatabaseURL, r.stack.Infra.NATSURL, r.stack.Vendors.URL(), cfg.Seed); err != nil {
 			return cleanup, err
 		}
 		undo = append(undo, r.fleet.stop)
@@ -693,4 +709,38 @@ func cmpErr(a, b error) error {
 		return a
 	}
 	return b
+}
+
+// evalRegistry is the example registry with the apply bound the stand-in
+// vendors keep declared for the tools whose vendor does not deduplicate by
+// our key. A zero bound is twice the longest timeout among those tools.
+func evalRegistry(bound time.Duration) ([]byte, time.Duration, error) {
+	if bound <= 0 {
+		reg, err := app.LoadRegistry(app.RegistryConfig{Vendors: everyVendorAt("http://127.0.0.1:9")})
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, name := range reg.Names() {
+			if t, _ := reg.Tool(name); t.Class.External() && !t.Adapter.VendorIdempotency {
+				bound = max(bound, 2*t.Timeout)
+			}
+		}
+	}
+	data, err := regedit.Set(examples.Registry, "apply_bound", bound.String(), func(t regedit.Tool) bool { return !t.VendorIdempotency })
+	return data, bound, err
+}
+
+func everyVendorAt(url string) map[string]string {
+	m := map[string]string{}
+	for _, v := range app.VendorNames {
+		m[v] = url
+	}
+	return m
+}
+
+func applyBoundText(d time.Duration) string {
+	if d <= 0 {
+		return "twice the tool's timeout"
+	}
+	return d.String()
 }

@@ -80,7 +80,7 @@ type fleet struct {
 // startFleet starts dispatchers dispatcher processes and one reconciler,
 // waits until each is ready, and supervises them: a process that dies is
 // started again.
-func startFleet(ctx context.Context, cfg Config, databaseURL, natsURL, vendorURL string, seed uint64) (*fleet, error) {
+func startFleet(ctx context.Context, cfg Config, registry []byte, databaseURL, natsURL, vendorURL string, seed uint64) (*fleet, error) {
 	if len(cfg.ServiceCommand) == 0 {
 		return nil, fmt.Errorf("eval: kill mode needs a command that runs one service (Config.ServiceCommand)")
 	}
@@ -88,7 +88,12 @@ func startFleet(ctx context.Context, cfg Config, databaseURL, natsURL, vendorURL
 	if err != nil {
 		return nil, err
 	}
-	env := []string{"DATABASE_URL=" + databaseURL, "NATS_URL=" + natsURL, "OPLEDGER_LOG=warn", "OPLEDGER_LOG_FORMAT=json"}
+	regPath := filepath.Join(dir, "registry.yaml")
+	if err := os.WriteFile(regPath, registry, 0o600); err != nil {
+		return nil, err
+	}
+	env := []string{"DATABASE_URL=" + databaseURL, "NATS_URL=" + natsURL, "OPLEDGER_LOG=warn", "OPLEDGER_LOG_FORMAT=json",
+		"OPLEDGER_REGISTRY=" + regPath}
 	for _, v := range app.VendorNames {
 		env = append(env, app.VendorEnv(v)+"="+vendorURL)
 	}

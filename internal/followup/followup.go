@@ -46,6 +46,11 @@ type Outcome struct {
 	Reason string
 	// HTTPStatus is the vendor's status, for the result.
 	HTTPStatus int
+	// MayHaveApplied marks a retryable outcome that is not confirmed not
+	// applied: an ambiguous write sent again because the vendor deduplicates
+	// by our key. If the budget runs out, nothing can be said to have been
+	// done or not: the operation goes to a person instead of failing.
+	MayHaveApplied bool
 }
 
 // Plan is a decision ready to write: the events from the operation's current
@@ -84,6 +89,15 @@ func Decide(tool *registry.Tool, o *op.Operation, oc Outcome, eventID string, tp
 			command = func(after *op.Operation) store.Message {
 				return outbox.Command(wire.KindDispatch, after, eventID, tp, delay)
 			}
+			break
+		}
+		if oc.MayHaveApplied && o.Class != op.ClassPureRead {
+			p.Events = append(p.Events, op.EventEscalate)
+			to = op.StateEscalated
+			p.ErrorCategory = "escalated"
+			p.Error = fmt.Sprintf("the retry budget ran out (%d attempt(s) over %s) and the last outcome is unknown: a person must check; last: %s",
+				attempts, elapsed.Round(time.Millisecond), oc.Error)
+			oc.Reason = p.Error
 			break
 		}
 		p.Events = append(p.Events, op.EventFailPermanent)

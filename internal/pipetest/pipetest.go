@@ -23,11 +23,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/opledger/opledger/internal/bus"
 	"github.com/opledger/opledger/internal/ingest"
 	"github.com/opledger/opledger/internal/natsembed"
+	"github.com/opledger/opledger/internal/regedit"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/internal/vendors"
@@ -108,23 +108,23 @@ func Start(t *testing.T, opts Options) *Env {
 	return e
 }
 
-// LoadRegistry loads examples/registry.yaml with every vendor at vendorURL and
-// every tool's timeout set to timeout. The file is edited as a YAML tree, so
-// the rest of it (schemas, retry policies, playbooks) is exactly what ships.
+// DefaultApplyBound replaces the apply bound of every tool whose vendor does
+// not deduplicate by our key: the stand-in vendors apply a request at once,
+// or after a latency fault's delay, which tests keep below this.
+const DefaultApplyBound = 2 * time.Second
+
+// LoadRegistry loads examples/registry.yaml with every vendor at vendorURL,
+// every tool's timeout set to timeout and, for tools without vendor
+// idempotency, apply_bound set to DefaultApplyBound. The file is edited as
+// a YAML tree, so the rest of it (schemas, retry policies, playbooks) is
+// exactly what ships.
 func LoadRegistry(t *testing.T, vendorURL string, timeout time.Duration) *registry.Registry {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(RepoRoot(t), "examples", "registry.yaml"))
 	require.NoError(t, err)
-	var doc yaml.Node
-	require.NoError(t, yaml.Unmarshal(data, &doc))
-	tools := mappingValue(doc.Content[0], "tools")
-	require.NotNil(t, tools, "registry has no tools mapping")
-	for i := 1; i < len(tools.Content); i += 2 {
-		tv := mappingValue(tools.Content[i], "timeout")
-		require.NotNil(t, tv, "tool %s has no timeout", tools.Content[i-1].Value)
-		tv.Value = timeout.String()
-	}
-	data, err = yaml.Marshal(&doc)
+	data, err = regedit.Set(data, "timeout", timeout.String(), nil)
+	require.NoError(t, err)
+	data, err = regedit.Set(data, "apply_bound", max(DefaultApplyBound, timeout).String(), func(tl regedit.Tool) bool { return !tl.VendorIdempotency })
 	require.NoError(t, err)
 	urls := map[string]string{}
 	for _, v := range []string{"payments", "email", "tickets", "crm", "accounts"} {
@@ -133,18 +133,6 @@ func LoadRegistry(t *testing.T, vendorURL string, timeout time.Duration) *regist
 	reg, err := registry.Load(data, registry.Options{Vendors: urls})
 	require.NoError(t, err)
 	return reg
-}
-
-func mappingValue(n *yaml.Node, key string) *yaml.Node {
-	if n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
 }
 
 // RepoRoot is the directory holding go.mod, found upwards from the test's

@@ -135,6 +135,9 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	}
 	s.m.Reconciled(o.Tool, v.metric)
 	if v.event == "" {
+		if v.wait > 0 {
+			return bus.RetryIn(errLookAgain, v.wait)
+		}
 		return errLookAgain
 	}
 	failpoint.Hit(failpoint.ReconcileBeforeCommit)
@@ -155,11 +158,25 @@ type verdict struct {
 	metric string
 	now    time.Time // the database's clock, for the retry budget
 	err    error     // the lookup or a read failed: look again
+	// wait, with no event, is how long until a "not found" can be trusted.
+	wait time.Duration
+	// mayHaveApplied: a retry that is not confirmed not applied.
+	mayHaveApplied bool
 }
 
 func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operation, last bool, log zerolog.Logger) verdict {
 	looker, ok := s.adapters[o.Tool].(adapter.Looker)
 	if !ok || tool.Adapter.HTTP.Lookup == nil {
+		if o.Class.ResendAfterAmbiguity(tool.Adapter.VendorIdempotency) && o.State == op.StateUnknownOutcome {
+			// A read, or a write the vendor deduplicates by our key: sending
+			// it again under the same key cannot make a second effect.
+			now, err := s.store.DBNow(ctx)
+			if err != nil {
+				return verdict{err: err, metric: "error"}
+			}
+			return verdict{event: op.EventFailRetryable, why: "no lookup, but the vendor deduplicates by key: sent again under the same key",
+				metric: "resent", now: now, mayHaveApplied: true}
+		}
 		return verdict{event: op.EventEscalate, why: "the vendor offers no lookup; a person must check", metric: "escalated"}
 	}
 	lctx, cancel := context.WithTimeout(ctx, tool.Timeout)
@@ -192,23 +209,29 @@ func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operat
 		// "not found" proves nothing here, and re-sending could duplicate it.
 		return verdict{event: op.EventEscalate, why: "the vendor acknowledged the request but its lookup has no record of it", metric: "not_found"}
 	}
-	// Not found. That means "never applied" only once the vendor has had
-	// time to settle, measured on the database's clock, and only if the
-	// vendor never told us it had the request: an answered 2xx (an
-	// unreadable body) or an acknowledgement on the last attempt is
-	// evidence it did.
+	// Not found. That means "never applied" only once the request can no
+	// longer take effect: the vendor may still be applying it until the
+	// tool's apply bound has passed since the last attempt was sent, and
+	// may take the settle delay after that to show it. Both are measured
+	// on the database's clock. Before then, look again when it has passed.
 	now, err := s.store.DBNow(ctx)
 	if err != nil {
 		return verdict{err: err, metric: "error"}
 	}
-	if now.Sub(o.UpdatedAt) < s.cfg.SettleDelay {
-		return verdict{metric: "settling"}
-	}
-	received, err := s.vendorAnswered(ctx, o)
+	atts, err := s.store.Attempts(ctx, o.ID)
 	if err != nil {
 		return verdict{err: err, metric: "error"}
 	}
-	if received {
+	trustAt := o.UpdatedAt.Add(s.cfg.SettleDelay)
+	if len(atts) > 0 {
+		if t := atts[len(atts)-1].StartedAt.Add(tool.ApplyBound + s.cfg.SettleDelay); t.After(trustAt) {
+			trustAt = t
+		}
+	}
+	if now.Before(trustAt) {
+		return verdict{metric: "settling", wait: trustAt.Sub(now)}
+	}
+	if vendorAnswered(atts) {
 		return verdict{event: op.EventEscalate, why: "the vendor answered the request but its lookup has no record of it", metric: "not_found"}
 	}
 	return verdict{event: op.EventFailRetryable, why: "the vendor has no record: never applied", metric: "not_found", now: now}
@@ -217,28 +240,26 @@ func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operat
 // vendorAnswered reports whether the operation's latest attempt got an
 // answer from the vendor that shows it received the request (a 2xx, or an
 // acknowledgement), even though the outcome was recorded as unknown.
-func (s *Service) vendorAnswered(ctx context.Context, o *op.Operation) (bool, error) {
-	atts, err := s.store.Attempts(ctx, o.ID)
-	if err != nil {
-		return false, err
-	}
+func vendorAnswered(atts []*op.Attempt) bool {
 	if len(atts) == 0 {
-		return false, nil
+		return false
 	}
 	last := atts[len(atts)-1]
-	return last.Outcome == op.OutcomeAcknowledged || (last.HTTPStatus >= 200 && last.HTTPStatus < 300), nil
+	return last.Outcome == op.OutcomeAcknowledged || (last.HTTPStatus >= 200 && last.HTTPStatus < 300)
 }
 
 // write records a verdict as one decision, with its follow-up and result.
 func (s *Service) write(ctx context.Context, tool *registry.Tool, o *op.Operation, v verdict, eventID string,
 	tp telemetry.Traceparent, log zerolog.Logger) error {
-	oc := followup.Outcome{Event: v.event, Now: v.now, Reason: v.why}
-	switch v.event {
-	case op.EventFailRetryable:
+	oc := followup.Outcome{Event: v.event, Now: v.now, Reason: v.why, MayHaveApplied: v.mayHaveApplied}
+	switch {
+	case v.event == op.EventFailRetryable && v.mayHaveApplied:
+		oc.ErrorCategory, oc.Error = "resent_after_ambiguity", v.why
+	case v.event == op.EventFailRetryable:
 		oc.ErrorCategory, oc.Error = "not_applied", v.why
-	case op.EventEscalate:
+	case v.event == op.EventEscalate:
 		oc.ErrorCategory, oc.Error = "escalated", v.why
-	case op.EventFailPermanent:
+	case v.event == op.EventFailPermanent:
 		oc.ErrorCategory, oc.Error = "vendor_failed", v.why
 	}
 	plan, err := followup.Decide(tool, o, oc, eventID, tp)
