@@ -58,7 +58,7 @@ func TestSlowVendorNeverGetsASecondRequest(t *testing.T) {
 	t.Parallel()
 	type tool struct {
 		name, route, kind string
-		args             func(i int) string
+		args              func(i int) string
 	}
 	tools := []tool{
 		{"capture_payment", vendors.RouteCapture, vendors.KindCapture, func(i int) string {
