@@ -8,15 +8,23 @@ import (
 	"time"
 )
 
-type Approval struct {
-	ID          int64
+type ApprovalRequest struct {
 	OperationID string
-	Status      string
-	Rule        string
+	ArgsHash    string
+	Required    int32
 	RequestedAt time.Time
+	ExpiresAt   time.Time
+	Status      string
 	DecidedAt   *time.Time
-	DecidedBy   string
+}
+
+type ApprovalVote struct {
+	OperationID string
+	Approver    string
+	Decision    string
+	ArgsHash    string
 	Reason      string
+	At          time.Time
 }
 
 type Attempt struct {
@@ -34,6 +42,18 @@ type Attempt struct {
 	ExternalRequestID string
 	ExternalObjectID  string
 	DeadlineAt        time.Time
+}
+
+type AuditLog struct {
+	ID          int64
+	At          time.Time
+	Actor       string
+	Role        string
+	Action      string
+	OperationID string
+	Reason      string
+	Outcome     string
+	Detail      []byte
 }
 
 type EntityLease struct {
@@ -104,6 +124,8 @@ type Operation struct {
 	Generation             int32
 	GenerationStartedAt    *time.Time
 	GenerationAttemptBase  int32
+	ProposedBy             string
+	DedupeKey              string
 }
 
 type OperationEvent struct {

@@ -172,12 +172,15 @@ func argsFor(t toolSpec, ent string, j int, near bool) (args, variant json.RawMe
 			raw(`{ "currency" : "usd",
   "amount_cents": %d, "customer_id": "cust_%d", "order_id": " %s " }`, amount, j%97, order)
 	case vendors.KindEmail:
-		ref := "ref_" + ent
+		// A near-duplicate is another template to the same person: a
+		// different action even under the tool's dedupe window, which
+		// suppresses the same template to the same address for a day.
+		ref, tmpl, variant := "ref_"+ent, "payment_receipt", "Payment_Receipt"
 		if near {
-			ref += "_b"
+			tmpl, variant = "follow_up", "Follow_Up"
 		}
-		return raw(`{"to":%q,"template":"payment_receipt","reference":%q}`, mailboxOf(ent), ref),
-			raw(`{"reference": " %s ", "template": "Payment_Receipt", "to": %q}`, ref, mailboxOf(ent))
+		return raw(`{"to":%q,"template":%q,"reference":%q}`, mailboxOf(ent), tmpl, ref),
+			raw(`{"reference": " %s ", "template": %q, "to": %q}`, ref, variant, mailboxOf(ent))
 	default:
 		queue := "billing"
 		if near {

@@ -23,6 +23,7 @@ import (
 	"github.com/opledger/opledger/internal/bus"
 	"github.com/opledger/opledger/internal/failpoint"
 	"github.com/opledger/opledger/internal/outbox"
+	"github.com/opledger/opledger/internal/policy"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/pkg/op"
@@ -153,6 +154,9 @@ func (s *Service) submit(ctx context.Context, sub store.Submission, tool, reject
 			}
 		default:
 			ans.Result = wire.ResultFor(res.Operation, sub.EventID, res.Decision)
+			if res.Reason != "" {
+				ans.Result.Reason = res.Reason
+			}
 			// The answer goes to the asking workflow, even when another
 			// workflow created the operation.
 			ans.Result.WorkflowID = sub.WorkflowID
@@ -209,6 +213,17 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 		return sub, tool, sub.RejectReason
 	}
 	sub.Operation, sub.Initial = p.Operation, p.Initial
+	if in.Actor != nil {
+		sub.ProposedBy = in.Actor.ID
+	}
+	if p.DedupeKey != "" {
+		sub.Dedupe = store.Dedupe{Key: p.DedupeKey, Window: t.Dedupe.Window}
+		if in.DedupeOverride != nil {
+			sub.Dedupe.Override = in.DedupeOverride.Reason
+		}
+	}
+	sub.Approval = store.Approval{Required: t.Approval.Required, ExpiresAfter: t.Approval.ExpiresAfter}
+	sub.Guard = policy.Guard(s.reg, t)
 	if ev := p.EntityVersion; ev != nil {
 		sub.EntityVersion = &store.EntityVersion{EntityType: ev.EntityType, EntityID: ev.EntityID, Action: ev.Action, Key: ev.Key}
 	}

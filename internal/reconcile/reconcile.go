@@ -45,10 +45,6 @@ type Config struct {
 	// clock, a vendor's "not found" is trusted as "never applied" (default
 	// 2s; vendors with propagation delay need more).
 	SettleDelay time.Duration
-	// MaxLookups escalates after this many deliveries of one reconcile
-	// command whose lookup failed, found the effect still pending, or
-	// whose verdict could not be written (default 20).
-	MaxLookups int
 }
 
 func (c *Config) setDefaults() {
@@ -63,9 +59,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.SettleDelay <= 0 {
 		c.SettleDelay = 2 * time.Second
-	}
-	if c.MaxLookups <= 0 {
-		c.MaxLookups = 20
 	}
 }
 
@@ -124,21 +117,39 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 		log.Error().Err(err).Msg("tool not in this instance's registry; will retry")
 		return err
 	}
-	last := int(d.Delivered) >= s.cfg.MaxLookups
+	// The tool's reconciliation schedule: after max_lookups deliveries, or
+	// past its deadline since the outcome became ambiguous (on the
+	// database's clock), a lookup that settles nothing escalates.
+	now, err := s.store.DBNow(ctx)
+	if err != nil {
+		return err
+	}
+	sched := tool.Reconcile
+	overdue := sched.Deadline > 0 && now.Sub(o.UpdatedAt) >= sched.Deadline
+	last := int(d.Delivered) >= sched.MaxLookups || overdue
 	v := s.verdict(ctx, tool, o, last, log)
+	if v.event == "" && overdue {
+		v = verdict{event: op.EventEscalate, metric: "escalated",
+			why: fmt.Sprintf("no verdict within the tool's reconciliation deadline (%s): a person must check", sched.Deadline)}
+	}
 	if v.err != nil {
 		if last {
 			v = verdict{event: op.EventEscalate, why: "the verdict could not be established: " + wire.Clip200(v.err.Error()), metric: "escalated"}
 		} else {
-			return v.err
+			return bus.RetryIn(v.err, sched.Interval)
 		}
 	}
 	s.m.Reconciled(o.Tool, v.metric)
 	if v.event == "" {
+		wait := sched.Interval
 		if v.wait > 0 {
-			return bus.RetryIn(errLookAgain, v.wait)
+			wait = v.wait
 		}
-		return errLookAgain
+		if sched.Deadline > 0 {
+			// Never sleep past the deadline: look then, and decide.
+			wait = min(wait, max(sched.Deadline-now.Sub(o.UpdatedAt), 10*time.Millisecond))
+		}
+		return bus.RetryIn(errLookAgain, wait)
 	}
 	failpoint.Hit(failpoint.ReconcileBeforeCommit)
 	err = s.write(ctx, tool, o, v, cmd.EventID, tp, log)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	"github.com/opledger/opledger/db/dbsqlc"
 	"github.com/opledger/opledger/pkg/op"
@@ -35,6 +36,19 @@ type Submission struct {
 	// EntityVersion, when set, completes Operation.IdempotencyKey from the
 	// entity's version (a key template with {entity_version}).
 	EntityVersion *EntityVersion
+	// ProposedBy is who asked for the operation (the intent's actor): an
+	// approver must be someone else.
+	ProposedBy string
+	// Dedupe, when its Key is set, suppresses a new operation if another
+	// with the same dedupe key was created within the window.
+	Dedupe Dedupe
+	// Guard, when set, is asked before a new operation is created, in the
+	// transaction and under a lock on the operation's entity: a non-empty
+	// reason refuses the operation (decision rejected).
+	Guard func(ctx context.Context, tx *Tx, o *op.Operation) (reason string, err error)
+	// Approval describes the approval a new operation waits for when
+	// Initial is op.EventRequireApproval.
+	Approval Approval
 	// Initial is the event applied right after creation: op.EventEnqueue, or
 	// op.EventRequireApproval. Empty leaves the operation in planned.
 	Initial op.Event
@@ -60,6 +74,22 @@ type EntityVersion struct {
 	EntityType, EntityID string
 	Action               string
 	Key                  func(version int64) (string, error)
+}
+
+// Dedupe is a semantic dedupe window (the registry's dedupe).
+type Dedupe struct {
+	Key    string
+	Window time.Duration
+	// Override, when set, is the recorded reason to run despite the window.
+	Override string
+}
+
+// Approval is what a new operation awaiting approval needs.
+type Approval struct {
+	// Required distinct approvers (at least 1).
+	Required int
+	// ExpiresAfter the request, it is cancelled.
+	ExpiresAfter time.Duration
 }
 
 // SubmitResult says what the ledger made of a Submission.
@@ -139,6 +169,18 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 			return nil, fmt.Errorf("submit %s/%s: %w", s.Source, s.EventID, err)
 		}
 	}
+	// Rules beyond the key apply to an action the ledger does not know yet:
+	// a repeat of a known key is a duplicate whatever they say.
+	if _, err := t.q.OperationGetByKey(ctx, o.IdempotencyKey); isNotFound(translate(err)) {
+		if res, err := t.beyondKey(ctx, s); err != nil || res != nil {
+			if err != nil {
+				return nil, err
+			}
+			return res, t.record(ctx, s, res)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("submit %s/%s: operation by key: %w", s.Source, s.EventID, translate(err))
+	}
 	var compensates *string
 	if o.CompensatesID != "" {
 		compensates = &o.CompensatesID
@@ -148,7 +190,7 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 		Intent: o.Intent, EntityType: o.EntityType, EntityID: o.EntityID,
 		ArgsCanonical: string(o.Args), ArgsHash: o.ArgsHash, SideEffectClass: string(o.Class),
 		IdempotencyKey: o.IdempotencyKey, State: string(state), Version: version, OriginEventID: s.EventID,
-		CompensatesOperationID: compensates, TraceID: o.TraceID, Now: t.now(),
+		CompensatesOperationID: compensates, TraceID: o.TraceID, ProposedBy: s.ProposedBy, DedupeKey: s.Dedupe.Key, Now: t.now(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("submit %s/%s: operation: %w", s.Source, s.EventID, translate(err))
@@ -182,9 +224,23 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 	}
 	var rows outboxRows
 	if res.Decision == op.DecisionNew {
-		created, err := encodeDetail(map[string]string{"source": s.Source, "event_id": s.EventID})
+		d := map[string]string{"source": s.Source, "event_id": s.EventID}
+		if s.ProposedBy != "" {
+			d["proposed_by"] = s.ProposedBy
+		}
+		if s.Dedupe.Key != "" && s.Dedupe.Override != "" {
+			d["dedupe_override"] = s.Dedupe.Override
+		}
+		created, err := encodeDetail(d)
 		if err != nil {
 			return nil, err
+		}
+		if state == op.StateAwaitingApproval {
+			err := t.q.ApprovalRequestCreate(ctx, dbsqlc.ApprovalRequestCreateParams{OperationID: got.ID, ArgsHash: got.ArgsHash,
+				Required: int32(max(s.Approval.Required, 1)), ExpiresAfterSeconds: s.Approval.ExpiresAfter.Seconds(), Now: t.now()})
+			if err != nil {
+				return nil, fmt.Errorf("submit %s/%s: approval request: %w", s.Source, s.EventID, translate(err))
+			}
 		}
 		p.Seqs, p.Events, p.FromStates, p.ToStates, p.Details = []int32{1}, []string{string(op.EventCreate)},
 			[]string{""}, []string{string(op.StatePlanned)}, [][]byte{created}
@@ -210,6 +266,69 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 	}
 	t.wroteOutbox = t.wroteOutbox || len(rows.msgIDs) > 0
 	return res, nil
+}
+
+// beyondKey applies the rules beyond the key to a submission whose key is
+// new: the dedupe window, then the guard. It returns the result when one
+// of them decides (duplicate_operation naming the suppressing operation,
+// or rejected with the guard's reason), nil when the operation may be
+// created.
+func (t *Tx) beyondKey(ctx context.Context, s Submission) (*SubmitResult, error) {
+	if d := s.Dedupe; d.Key != "" && d.Window > 0 && d.Override == "" {
+		if err := t.q.XactLock(ctx, "dedupe:"+d.Key); err != nil {
+			return nil, fmt.Errorf("submit %s/%s: dedupe lock: %w", s.Source, s.EventID, translate(err))
+		}
+		row, err := t.q.OperationDedupeFind(ctx, dbsqlc.OperationDedupeFindParams{DedupeKey: d.Key, WindowSeconds: d.Window.Seconds(), Now: t.now()})
+		switch err = translate(err); {
+		case err == nil:
+			prev := toOperation(row)
+			return &SubmitResult{Decision: op.DecisionDuplicateOperation, Operation: prev,
+				Reason: fmt.Sprintf("suppressed by the tool's dedupe window (%s): operation %s did the same (%s) at %s; "+
+					"send it with dedupe_override and a reason to run it anyway", d.Window, prev.ID, d.Key, prev.CreatedAt.UTC().Format(time.RFC3339))}, nil
+		case !isNotFound(err):
+			return nil, fmt.Errorf("submit %s/%s: dedupe: %w", s.Source, s.EventID, err)
+		}
+	}
+	if s.Guard != nil {
+		o := s.Operation
+		if o.EntityID != "" {
+			if err := t.q.XactLock(ctx, "entity:"+o.EntityType+":"+o.EntityID); err != nil {
+				return nil, fmt.Errorf("submit %s/%s: entity lock: %w", s.Source, s.EventID, translate(err))
+			}
+		}
+		reason, err := s.Guard(ctx, t, o)
+		if err != nil {
+			return nil, fmt.Errorf("submit %s/%s: guard: %w", s.Source, s.EventID, err)
+		}
+		if reason != "" {
+			return &SubmitResult{Decision: op.DecisionRejected, Reason: reason}, nil
+		}
+	}
+	return nil, nil
+}
+
+// record writes a decision that creates no operation: the inbox decision
+// (naming the operation that suppressed this one, if any) and the answer.
+func (t *Tx) record(ctx context.Context, s Submission, res *SubmitResult) error {
+	p := dbsqlc.OperationCreatedParams{
+		Decision: string(res.Decision), Reason: res.Reason, Source: s.Source, EventID: s.EventID, Actor: s.Actor, Now: t.now(),
+		Seqs: []int32{}, Events: []string{}, FromStates: []string{}, ToStates: []string{}, Details: [][]byte{},
+	}
+	if res.Operation != nil {
+		p.InboxOperationID, p.OperationID = &res.Operation.ID, res.Operation.ID
+	}
+	var rows outboxRows
+	if s.Answer != nil {
+		if err := rows.add(s.Answer(res)); err != nil {
+			return err
+		}
+	}
+	p.Subjects, p.MsgIds, p.Headers, p.Payloads, p.OperationIds, p.Delays = rows.columns()
+	if err := t.q.OperationCreated(ctx, p); err != nil {
+		return fmt.Errorf("submit %s/%s: record decision: %w", s.Source, s.EventID, translate(err))
+	}
+	t.wroteOutbox = t.wroteOutbox || len(rows.msgIDs) > 0
+	return nil
 }
 
 // answer writes the submission's answer for res, if it has one.

@@ -40,6 +40,10 @@ type Operation struct {
 	ExternalObjectID  string `json:"external_object_id,omitempty"`
 	// OriginEventID is the inbound event that created the operation.
 	OriginEventID string `json:"origin_event_id,omitempty"`
+	// ProposedBy is who asked for it (the intent's actor), when known.
+	ProposedBy string `json:"proposed_by,omitempty"`
+	// DedupeKey is the tool's semantic dedupe key, when it has a window.
+	DedupeKey string `json:"dedupe_key,omitempty"`
 	// CompensatesID links a compensation to the operation it compensates.
 	CompensatesID string `json:"compensates_operation_id,omitempty"`
 	TraceID       string `json:"trace_id,omitempty"`

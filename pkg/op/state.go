@@ -109,6 +109,12 @@ const (
 	// EventReopen runs a failed operation again under the same key: only
 	// when every attempt was confirmed not applied (see Operation.Reopenable).
 	EventReopen Event = "reopen" // failed_permanent → pending_dispatch
+	// EventVote records one approver's approval that does not yet complete
+	// the approvals the tool requires (dual control).
+	EventVote Event = "vote" // awaiting_approval → awaiting_approval
+	// EventRequeue: a person found an escalated operation was not applied;
+	// it is sent again under the same key.
+	EventRequeue Event = "requeue" // escalated → pending_dispatch
 )
 
 // Events lists every event.
@@ -116,7 +122,7 @@ var Events = []Event{
 	EventCreate, EventRequireApproval, EventEnqueue, EventApprove, EventReject, EventDispatch,
 	EventAcknowledge, EventSucceed, EventNoop, EventFailRetryable, EventFailPermanent,
 	EventOutcomeUnknown, EventRetry, EventEscalate, EventCompensate, EventCompensated,
-	EventCompensationFail, EventCancel, EventReopen,
+	EventCompensationFail, EventCancel, EventReopen, EventVote, EventRequeue,
 }
 
 // transitions is the whole state machine: for each event, the states it may
@@ -143,6 +149,8 @@ var transitions = map[Event]struct {
 	EventCompensationFail: {[]State{StateCompensating}, StateEscalated},
 	EventCancel:           {[]State{StatePlanned, StateAwaitingApproval, StatePendingDispatch, StateFailedRetryable}, StateCancelled},
 	EventReopen:           {[]State{StateFailedPermanent}, StatePendingDispatch},
+	EventVote:             {[]State{StateAwaitingApproval}, StateAwaitingApproval},
+	EventRequeue:          {[]State{StateEscalated}, StatePendingDispatch},
 }
 
 // Transition returns the state that event ev leads to from state from. It is a

@@ -21,6 +21,7 @@ var legal = map[op.State]map[op.Event]op.State{
 		op.EventApprove: op.StatePendingDispatch,
 		op.EventReject:  op.StateRejected,
 		op.EventCancel:  op.StateCancelled,
+		op.EventVote:    op.StateAwaitingApproval,
 	},
 	op.StateRejected: {},
 	op.StatePendingDispatch: {
@@ -66,6 +67,7 @@ var legal = map[op.State]map[op.Event]op.State{
 		op.EventEscalate:      op.StateEscalated,
 	},
 	op.StateEscalated: {
+		op.EventRequeue:       op.StatePendingDispatch,
 		op.EventSucceed:       op.StateCompletedSuccess,
 		op.EventNoop:          op.StateCompletedNoop,
 		op.EventFailPermanent: op.StateFailedPermanent,

@@ -40,6 +40,8 @@ type fileTool struct {
 	Lease           *fileLease          `yaml:"lease"`
 	Approval        *fileApproval       `yaml:"approval"`
 	Dedupe          *fileDedupe         `yaml:"dedupe"`
+	Guards          []fileGuard         `yaml:"guards"`
+	Reconcile       *fileReconcile      `yaml:"reconcile"`
 	Adapter         *fileAdapter        `yaml:"adapter"`
 	Compensation    *fileCompensation   `yaml:"compensation"`
 }
@@ -68,9 +70,28 @@ type fileLease struct {
 }
 
 type fileApproval struct {
-	When      string `yaml:"when"`
-	Field     string `yaml:"field"`
-	Threshold int64  `yaml:"threshold"`
+	When              string `yaml:"when"`
+	Field             string `yaml:"field"`
+	Threshold         int64  `yaml:"threshold"`
+	ApprovalsRequired int    `yaml:"approvals_required"`
+	ExpiresAfter      string `yaml:"expires_after"`
+}
+
+type fileGuard struct {
+	Kind  string          `yaml:"kind"`
+	Field string          `yaml:"field"`
+	Limit *fileGuardLimit `yaml:"limit"`
+}
+
+type fileGuardLimit struct {
+	Tool  string `yaml:"tool"`
+	Field string `yaml:"field"`
+}
+
+type fileReconcile struct {
+	MaxLookups int    `yaml:"max_lookups"`
+	Interval   string `yaml:"interval"`
+	Deadline   string `yaml:"deadline"`
 }
 
 type fileDedupe struct {
@@ -259,9 +280,16 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 		}
 	}
 
-	t.Approval = ApprovalRule{When: "never"}
+	t.Approval = ApprovalRule{When: "never", Required: 1, ExpiresAfter: DefaultApprovalExpiry}
 	if a := ft.Approval; a != nil {
-		t.Approval = ApprovalRule{When: a.When, Field: a.Field, Threshold: a.Threshold}
+		t.Approval = ApprovalRule{When: a.When, Field: a.Field, Threshold: a.Threshold, Required: max(a.ApprovalsRequired, 1),
+			ExpiresAfter: p.duration("approval.expires_after", a.ExpiresAfter, DefaultApprovalExpiry)}
+		if a.ApprovalsRequired < 0 || a.ApprovalsRequired > 10 {
+			p.add("approval.approvals_required", "must be between 1 and 10, got %d", a.ApprovalsRequired)
+		}
+		if t.Approval.ExpiresAfter == 0 && !p.has("approval.expires_after") {
+			p.add("approval.expires_after", "must be a positive duration")
+		}
 		switch a.When {
 		case "never", "always":
 		case "above":
@@ -322,6 +350,8 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 	}
 	p.identity(t, ft)
 	p.applyBound(t, ft)
+	p.guards(t, ft)
+	p.reconcile(t, ft)
 	return t, p.list
 }
 
@@ -630,6 +660,74 @@ func (p *problems) identity(t *Tool, ft *fileTool) {
 		return
 	}
 	t.identity = id
+}
+
+// Guard kinds.
+const (
+	// GuardOncePerEntity: at most one operation of the tool per entity that
+	// has had, or may be having, an effect (no second refund of a charge).
+	GuardOncePerEntity = "once_per_entity"
+	// GuardTotalAtMost: the field's total over the tool's operations on the
+	// entity, this one included, is at most the limit tool's field on the
+	// completed operation whose vendor object is the entity (no refunds
+	// above the captured amount).
+	GuardTotalAtMost = "total_at_most"
+)
+
+func (p *problems) guards(t *Tool, ft *fileTool) {
+	for i, g := range ft.Guards {
+		f := fmt.Sprintf("guards.%d", i)
+		if t.entityID == nil {
+			p.add(f, "a guard needs entity.type and entity.id: it is checked against the entity's operations")
+		}
+		switch g.Kind {
+		case GuardOncePerEntity:
+			if g.Field != "" || g.Limit != nil {
+				p.add(f, "kind once_per_entity takes no field or limit")
+			}
+		case GuardTotalAtMost:
+			if !schemaHasField(ft.ArgsSchema, g.Field, "integer") {
+				p.add(f+".field", "must name an integer argument, %q is not one", g.Field)
+			}
+			if g.Limit == nil || g.Limit.Tool == "" || g.Limit.Field == "" {
+				p.add(f+".limit", "needs tool and field: the operation whose vendor object is this tool's entity, and its integer argument")
+			}
+		default:
+			p.add(f+".kind", "must be %s or %s, got %q", GuardOncePerEntity, GuardTotalAtMost, g.Kind)
+			continue
+		}
+		gd := Guard{Kind: g.Kind, Field: g.Field}
+		if g.Limit != nil {
+			gd.LimitTool, gd.LimitField = g.Limit.Tool, g.Limit.Field
+		}
+		t.Guards = append(t.Guards, gd)
+	}
+}
+
+// Reconciliation schedule defaults.
+const (
+	DefaultMaxLookups     = 20
+	DefaultLookupInterval = 10 * time.Second
+	DefaultLookupDeadline = 10 * time.Minute
+)
+
+func (p *problems) reconcile(t *Tool, ft *fileTool) {
+	t.Reconcile = ReconcileSchedule{MaxLookups: DefaultMaxLookups, Interval: DefaultLookupInterval, Deadline: DefaultLookupDeadline}
+	r := ft.Reconcile
+	if r == nil {
+		return
+	}
+	if r.MaxLookups != 0 {
+		if r.MaxLookups < 1 || r.MaxLookups > 1000 {
+			p.add("reconcile.max_lookups", "must be between 1 and 1000, got %d", r.MaxLookups)
+		}
+		t.Reconcile.MaxLookups = r.MaxLookups
+	}
+	t.Reconcile.Interval = p.duration("reconcile.interval", r.Interval, DefaultLookupInterval)
+	t.Reconcile.Deadline = p.duration("reconcile.deadline", r.Deadline, DefaultLookupDeadline)
+	if (t.Reconcile.Interval == 0 && !p.has("reconcile.interval")) || (t.Reconcile.Deadline == 0 && !p.has("reconcile.deadline")) {
+		p.add("reconcile", "interval and deadline must be positive")
+	}
 }
 
 // DefaultApplyBound is apply_bound for a tool whose vendor does not

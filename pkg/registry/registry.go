@@ -65,6 +65,8 @@ type Tool struct {
 	Lease        LeasePolicy
 	Approval     ApprovalRule
 	Dedupe       DedupeWindow
+	Guards       []Guard
+	Reconcile    ReconcileSchedule
 	Adapter      AdapterSpec
 	Compensation *Compensation
 }
@@ -98,6 +100,36 @@ type ApprovalRule struct {
 	When      string
 	Field     string
 	Threshold int64
+	// Required distinct approvers, never the proposer (dual control: 2).
+	Required int
+	// ExpiresAfter the request, an operation still awaiting approval is
+	// cancelled.
+	ExpiresAfter time.Duration
+}
+
+// DefaultApprovalExpiry is approval.expires_after when unset.
+const DefaultApprovalExpiry = 24 * time.Hour
+
+// Guard is a state guard checked against the ledger before an operation is
+// created (see GuardOncePerEntity, GuardTotalAtMost).
+type Guard struct {
+	Kind  string
+	Field string
+	// LimitTool and LimitField name the limit of GuardTotalAtMost.
+	LimitTool, LimitField string
+}
+
+// ReconcileSchedule is how the reconciler asks the vendor about an
+// ambiguous outcome before a person must.
+type ReconcileSchedule struct {
+	// MaxLookups that fail, or find the effect still pending, before the
+	// operation is escalated.
+	MaxLookups int
+	// Interval between lookups.
+	Interval time.Duration
+	// Deadline: past it since the outcome became ambiguous, on the
+	// database's clock, an operation without a verdict is escalated.
+	Deadline time.Duration
 }
 
 // DedupeWindow is policy-level duplicate suppression beyond the key: within

@@ -78,6 +78,14 @@ type Intent struct {
 	Actor  *Actor          `json:"actor,omitempty"`
 	// Correlation is free metadata (conversation id, user request id).
 	Correlation map[string]string `json:"correlation,omitempty"`
+	// DedupeOverride runs the call despite its tool's semantic dedupe
+	// window, with a reason the ledger records.
+	DedupeOverride *Override `json:"dedupe_override,omitempty"`
+}
+
+// Override is a recorded reason to set a rule aside.
+type Override struct {
+	Reason string `json:"reason"`
 }
 
 // Actor says who proposed the intent.
@@ -141,6 +149,8 @@ func DecodeIntent(subject, msgID string, body []byte) (*Intent, error) {
 		return nil, fmt.Errorf("actor type and id must be printable characters: %w", op.ErrInvalid)
 	case len(in.Correlation) > MaxCorrelation:
 		return nil, fmt.Errorf("correlation has %d entries, over the %d limit: %w", len(in.Correlation), MaxCorrelation, op.ErrInvalid)
+	case in.DedupeOverride != nil && (in.DedupeOverride.Reason == "" || !ValidText(in.DedupeOverride.Reason, 200)):
+		return nil, fmt.Errorf("dedupe_override needs a reason of 1-200 printable characters: %w", op.ErrInvalid)
 	case len(in.Args) == 0 || in.Args[0] != '{':
 		return nil, fmt.Errorf("args must be a JSON object: %w", op.ErrInvalid)
 	case subject != "" && subject != IntentSubject(in.WorkflowID):
