@@ -552,22 +552,25 @@ WITH finished AS (
         updated_at          = coalesce($1::timestamptz, now())
     WHERE operations.id = $18 AND operations.state = $19 AND operations.lease_epoch = $20
     RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key
+), released AS (
+    -- An operation no longer in flight gives its entity's lease back.
+    DELETE FROM entity_leases WHERE operation_id = $18 AND $21::boolean AND EXISTS (SELECT 1 FROM changed)
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
     SELECT changed.id,
            (SELECT coalesce(max(oe.seq), 0) FROM operation_events oe WHERE oe.operation_id = changed.id) + e.ord,
-           e.event, e.from_state, e.to_state, changed.lease_epoch, $21, $22, e.detail, changed.updated_at
+           e.event, e.from_state, e.to_state, changed.lease_epoch, $22, $23, e.detail, changed.updated_at
     FROM changed,
-         (SELECT unnest($10::text[]) AS event, unnest($23::text[]) AS from_state,
-                 unnest($24::text[]) AS to_state, unnest($25::jsonb[]) AS detail,
+         (SELECT unnest($10::text[]) AS event, unnest($24::text[]) AS from_state,
+                 unnest($25::text[]) AS to_state, unnest($26::jsonb[]) AS detail,
                  generate_series(1, cardinality($10::text[])) AS ord) AS e
 ), queued AS (
     INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
     SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
            coalesce($1::timestamptz, now()) + make_interval(secs => m.delay_seconds)
-    FROM (SELECT unnest($26::text[]) AS subject, unnest($27::text[]) AS msg_id,
-                 unnest($28::jsonb[]) AS headers, unnest($29::bytea[]) AS payload,
-                 unnest($30::text[]) AS operation_id, unnest($31::float8[]) AS delay_seconds) AS m
+    FROM (SELECT unnest($27::text[]) AS subject, unnest($28::text[]) AS msg_id,
+                 unnest($29::jsonb[]) AS headers, unnest($30::bytea[]) AS payload,
+                 unnest($31::text[]) AS operation_id, unnest($32::float8[]) AS delay_seconds) AS m
     WHERE EXISTS (SELECT 1 FROM changed)
 )
 SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key FROM changed
@@ -594,6 +597,7 @@ type OperationTransitionParams struct {
 	ID                       string
 	FromState                string
 	LeaseEpoch               int64
+	ReleaseLease             bool
 	AttemptID                string
 	Actor                    string
 	FromStates               []string
@@ -672,6 +676,7 @@ func (q *Queries) OperationTransition(ctx context.Context, arg OperationTransiti
 		arg.ID,
 		arg.FromState,
 		arg.LeaseEpoch,
+		arg.ReleaseLease,
 		arg.AttemptID,
 		arg.Actor,
 		arg.FromStates,

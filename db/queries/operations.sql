@@ -71,6 +71,9 @@ WITH finished AS (
         updated_at          = coalesce(sqlc.narg('now')::timestamptz, now())
     WHERE operations.id = @id AND operations.state = @from_state AND operations.lease_epoch = @lease_epoch
     RETURNING *
+), released AS (
+    -- An operation no longer in flight gives its entity's lease back.
+    DELETE FROM entity_leases WHERE operation_id = @id AND @release_lease::boolean AND EXISTS (SELECT 1 FROM changed)
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
     SELECT changed.id,

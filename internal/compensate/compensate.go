@@ -25,6 +25,7 @@ import (
 
 	"github.com/opledger/opledger/internal/bus"
 	"github.com/opledger/opledger/internal/outbox"
+	"github.com/opledger/opledger/internal/policy"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/pkg/op"
@@ -135,6 +136,20 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 func Request(ctx context.Context, st *store.Store, reg *registry.Registry, originalID, actor, reason string) (*op.Operation, error) {
 	var comp *op.Operation
 	err := st.InTx(ctx, func(tx *store.Tx) error {
+		var err error
+		comp, err = RequestTx(ctx, tx, reg, originalID, actor, reason)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return comp, nil
+}
+
+// RequestTx is Request in tx.
+func RequestTx(ctx context.Context, tx *store.Tx, reg *registry.Registry, originalID, actor, reason string) (*op.Operation, error) {
+	var comp *op.Operation
+	err := func() error {
 		orig, err := tx.Operation(ctx, originalID)
 		if err != nil {
 			return err
@@ -166,7 +181,9 @@ func Request(ctx context.Context, st *store.Store, reg *registry.Registry, origi
 		}
 		tp := telemetry.FromTraceID(orig.TraceID)
 		sub := store.Submission{Source: Source, EventID: "compensate:" + orig.ID, Payload: args, WorkflowID: orig.WorkflowID,
-			Operation: p.Operation, Initial: p.Initial, Actor: actor, EntityVersion: sub0}
+			Operation: p.Operation, Initial: p.Initial, Actor: actor, EntityVersion: sub0, ProposedBy: actor,
+			Approval: store.Approval{Required: ctool.Approval.Required, ExpiresAfter: ctool.Approval.ExpiresAfter},
+			Guard:    policy.Guard(reg, ctool)}
 		if p.Initial == op.EventEnqueue {
 			p.Operation.State = op.StatePendingDispatch
 			sub.Outbox = func(o *op.Operation) []store.Message {
@@ -195,7 +212,7 @@ func Request(ctx context.Context, st *store.Store, reg *registry.Registry, origi
 				return []store.Message{outbox.Result(wire.ResultFor(after, after.OriginEventID, op.DecisionNew), tp)}
 			}})
 		return err
-	})
+	}()
 	if err != nil {
 		return nil, fmt.Errorf("compensate %s: %w", originalID, err)
 	}

@@ -50,6 +50,8 @@ type Service struct {
 	adapters map[string]adapter.Adapter
 	m        *telemetry.Metrics
 	log      zerolog.Logger
+	// leased are the tools whose operations hold their entity's lease.
+	leased []string
 }
 
 // New returns a dispatcher; adapters maps tool names to their adapters.
@@ -63,8 +65,13 @@ func New(cfg Config, st *store.Store, b *bus.Bus, reg *registry.Registry, adapte
 	if cfg.Workers <= 0 {
 		cfg.Workers = 32
 	}
-	return &Service{cfg: cfg, store: st, bus: b, reg: reg, adapters: adapters, m: m,
-		log: log}
+	var leased []string
+	for _, name := range reg.Names() {
+		if t, _ := reg.Tool(name); t.Lease.Required {
+			leased = append(leased, name)
+		}
+	}
+	return &Service{cfg: cfg, store: st, bus: b, reg: reg, adapters: adapters, m: m, log: log, leased: leased}
 }
 
 // Start consumes dispatch commands until ctx ends; stop waits for calls in flight.
@@ -102,8 +109,22 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	// after that, when another attempt may already be under way.
 	deadline := time.Now().Add(tool.Timeout)
 	claimCtx, cancelClaim := context.WithDeadline(ctx, deadline)
-	o, att, err := s.store.BeginAttempt(claimCtx, cmd.OperationID, cmd.LeaseEpoch, s.cfg.Name, tool.Timeout)
+	var o *op.Operation
+	var att *op.Attempt
+	if tool.Lease.Required {
+		o, att, err = s.store.BeginLeasedAttempt(claimCtx, cmd.OperationID, cmd.LeaseEpoch, s.cfg.Name, tool.Timeout,
+			store.EntityLease{TTL: tool.Lease.TTL, Tools: s.leased})
+	} else {
+		o, att, err = s.store.BeginAttempt(claimCtx, cmd.OperationID, cmd.LeaseEpoch, s.cfg.Name, tool.Timeout)
+	}
 	cancelClaim()
+	if errors.Is(err, store.ErrLeaseBusy) {
+		// Another operation on the entity is in flight, or an older one
+		// waits first: look again shortly. The lease's TTL bounds the wait.
+		s.m.Suppressed("lease_wait", cmd.Tool)
+		log.Debug().Msg("entity lease busy; waiting")
+		return bus.RetryIn(err, 200*time.Millisecond)
+	}
 	var stale *op.StaleError
 	switch {
 	case errors.As(err, &stale):

@@ -190,6 +190,7 @@ func (mt *Maintainer) lead(ctx context.Context, l *store.Leadership) {
 			}
 		case <-sweep.C:
 			mt.runTask(ctx, "sweep", mt.Sweep)
+			mt.runTask(ctx, "approvals", mt.ExpireApprovals)
 		case <-redrive.C:
 			mt.runTask(ctx, "redrive", mt.redriveTask)
 		case <-retain.C:
@@ -272,6 +273,62 @@ func (mt *Maintainer) fence(ctx context.Context, o *op.Operation, attemptID, why
 	mt.log.Warn().Str("operation_id", o.ID).Str("tool", o.Tool).Str("idempotency_key", o.IdempotencyKey).
 		Str("attempt_id", attemptID).Str("state_transition", "dispatched->unknown_outcome").Str("reason", why).Msg("swept stuck operation")
 	return true, nil
+}
+
+// ExpireApprovals cancels operations whose approval request expired on the
+// database's clock: nothing was sent, and the agent is told. It returns how
+// many it cancelled.
+func (mt *Maintainer) ExpireApprovals(ctx context.Context) (int, error) {
+	n := 0
+	for range mt.cfg.MaxBatches {
+		ids, err := mt.store.ExpiredApprovals(ctx, mt.cfg.Batch)
+		if err != nil {
+			return n, err
+		}
+		for _, id := range ids {
+			err := mt.store.InTx(ctx, func(tx *store.Tx) error {
+				req, err := tx.LockApproval(ctx, id)
+				if err != nil || req.Status != "pending" || !req.Expired {
+					return err
+				}
+				o, err := tx.Operation(ctx, id)
+				if err != nil {
+					return err
+				}
+				if err := tx.CloseApproval(ctx, id, "expired"); err != nil {
+					return err
+				}
+				if o.State != op.StateAwaitingApproval {
+					return nil
+				}
+				why := fmt.Sprintf("the approval request expired at %s without enough approvals (%d of %d); nothing was done",
+					req.ExpiresAt.UTC().Format(time.RFC3339), len(req.Votes), req.Required)
+				tp := telemetry.FromTraceID(o.TraceID)
+				_, err = tx.Transition(ctx, store.Change{OperationID: o.ID, From: o.State, LeaseEpoch: o.LeaseEpoch,
+					Events: []op.Event{op.EventCancel}, Actor: mt.cfg.Name, Operation: o, ErrorCategory: "approval_expired", Error: why,
+					Detail: map[string]string{"reason": why},
+					Outbox: func(after *op.Operation) []store.Message {
+						r := wire.ResultFor(after, after.OriginEventID, op.DecisionNew)
+						r.Reason = why
+						return []store.Message{outbox.Result(r, tp)}
+					}})
+				if err == nil {
+					n++
+					mt.log.Warn().Str("operation_id", o.ID).Str("tool", o.Tool).Msg("approval expired; operation cancelled")
+				}
+				return err
+			})
+			var stale *op.StaleError
+			if err != nil && !errors.As(err, &stale) {
+				return n, err
+			}
+		}
+		if len(ids) < mt.cfg.Batch {
+			break
+		}
+	}
+	mt.m.Maintained("approvals", n)
+	return n, nil
 }
 
 // tool returns o's tool, or a stand-in with the default retry policy when

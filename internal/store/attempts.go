@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,16 +33,78 @@ func toAttempt(a dbsqlc.Attempt) *op.Attempt {
 // Errors: *op.StaleError when another worker claimed it first or it is no
 // longer pending (a redelivered command); op.ErrNotFound.
 func (s *Store) BeginAttempt(ctx context.Context, operationID string, epoch int64, worker string, timeout time.Duration) (*op.Operation, *op.Attempt, error) {
+	return s.beginAttempt(ctx, s.reads, operationID, epoch, worker, timeout)
+}
+
+// ErrLeaseBusy: the operation's entity is leased to another operation, or
+// an older operation on it waits first. Try again shortly; nothing changed.
+var ErrLeaseBusy = errors.New("the entity's lease is held or an older operation waits for it")
+
+// EntityLease asks BeginAttempt to take the operation's entity lease.
+type EntityLease struct {
+	// TTL of the lease; at least the tool's timeout.
+	TTL time.Duration
+	// Tools are the tools whose operations queue for the same leases: an
+	// older waiting operation of one of them goes first.
+	Tools []string
+}
+
+// BeginLeasedAttempt is BeginAttempt for a tool whose operations hold their
+// entity's lease while in flight. In one transaction, under a lock on the
+// entity: the lease goes to the oldest waiting operation of the leased
+// tools, and only if it is free, expired, or already this operation's;
+// then the claim. Errors: ErrLeaseBusy, and those of BeginAttempt.
+func (s *Store) BeginLeasedAttempt(ctx context.Context, operationID string, epoch int64, worker string, timeout time.Duration,
+	lease EntityLease) (*op.Operation, *op.Attempt, error) {
+	var o *op.Operation
+	var att *op.Attempt
+	err := s.InTx(ctx, func(tx *Tx) error {
+		cur, err := tx.Operation(ctx, operationID)
+		if err != nil {
+			return err
+		}
+		if cur.State != op.StatePendingDispatch || cur.LeaseEpoch != epoch || cur.EntityID == "" {
+			if cur.EntityID == "" {
+				o, att, err = s.beginAttempt(ctx, tx.reads, operationID, epoch, worker, timeout)
+				return err
+			}
+			return &op.StaleError{OperationID: operationID, WantState: op.StatePendingDispatch, WantEpoch: epoch, GotState: cur.State, GotEpoch: cur.LeaseEpoch}
+		}
+		if err := tx.q.XactLock(ctx, "entity:"+cur.EntityType+":"+cur.EntityID); err != nil {
+			return translate(err)
+		}
+		waiting, err := tx.q.EntityOlderWaiting(ctx, dbsqlc.EntityOlderWaitingParams{EntityType: cur.EntityType, EntityID: cur.EntityID,
+			OperationID: cur.ID, Tools: nonNil(lease.Tools), CreatedAt: cur.CreatedAt})
+		if err != nil {
+			return translate(err)
+		}
+		if waiting {
+			return ErrLeaseBusy
+		}
+		_, err = tx.q.LeaseAcquire(ctx, dbsqlc.LeaseAcquireParams{EntityType: cur.EntityType, EntityID: cur.EntityID, OperationID: cur.ID,
+			TtlSeconds: max(lease.TTL, timeout).Seconds(), Now: tx.now()})
+		if isNotFound(translate(err)) {
+			return ErrLeaseBusy
+		} else if err != nil {
+			return translate(err)
+		}
+		o, att, err = s.beginAttempt(ctx, tx.reads, operationID, epoch, worker, timeout)
+		return err
+	})
+	return o, att, err
+}
+
+func (s *Store) beginAttempt(ctx context.Context, r reads, operationID string, epoch int64, worker string, timeout time.Duration) (*op.Operation, *op.Attempt, error) {
 	if _, err := op.Transition(op.StatePendingDispatch, op.EventDispatch); err != nil {
 		return nil, nil, err // the state machine and this statement must agree
 	}
 	attemptID := op.NewID("att")
-	row, err := s.q.OperationDispatch(ctx, dbsqlc.OperationDispatchParams{
-		ID: operationID, LeaseEpoch: epoch, AttemptID: attemptID, Worker: worker, Now: s.now(),
+	row, err := r.q.OperationDispatch(ctx, dbsqlc.OperationDispatchParams{
+		ID: operationID, LeaseEpoch: epoch, AttemptID: attemptID, Worker: worker, Now: r.now(),
 		TimeoutSeconds: timeout.Seconds(),
 	})
 	if err != nil {
-		return nil, nil, s.staleOr(ctx, operationID, op.StatePendingDispatch, epoch, err)
+		return nil, nil, r.staleOr(ctx, operationID, op.StatePendingDispatch, epoch, err)
 	}
 	o := toOperation(dbsqlc.Operation(row))
 	return o, &op.Attempt{

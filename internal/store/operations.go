@@ -143,6 +143,13 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 		from = to
 	}
 	p.ToState = string(from)
+	// An operation no longer in flight (done, failed, withdrawn, or back
+	// waiting for a retry) gives its entity's lease back.
+	switch from {
+	case op.StateCompletedSuccess, op.StateCompletedNoop, op.StateFailedPermanent, op.StateRejected,
+		op.StateCancelled, op.StateCompensated, op.StatePendingDispatch, op.StateCompensating:
+		p.ReleaseLease = true
+	}
 	completed := from == op.StateCompletedSuccess || from == op.StateCompletedNoop
 	p.SetError, p.ErrorCategory, p.Error = c.ErrorCategory != "" || completed, c.ErrorCategory, c.Error
 	if a := c.Finish; a != nil {

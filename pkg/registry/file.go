@@ -278,6 +278,9 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 		if l.Required && t.entityID == nil {
 			p.add("lease.required", "an entity lease needs entity.type and entity.id")
 		}
+		if l.TTL != "" && t.Lease.TTL < t.Timeout && !p.has("lease.ttl") {
+			p.add("lease.ttl", "must not be shorter than timeout (%s): a call must end while its lease holds", t.Timeout)
+		}
 	}
 
 	t.Approval = ApprovalRule{When: "never", Required: 1, ExpiresAfter: DefaultApprovalExpiry}

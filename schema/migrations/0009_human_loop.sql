@@ -51,3 +51,7 @@ CREATE INDEX audit_log_operation_idx ON audit_log (operation_id, at) WHERE opera
 -- State guards find the operation that made a vendor object (the capture
 -- behind a charge id). Setting the id makes that one update non-HOT.
 CREATE INDEX operations_external_object_idx ON operations (external_object_id) WHERE external_object_id <> '';
+
+-- Entity leases are released by the transition that ends an operation's
+-- time in flight, found by operation.
+CREATE INDEX entity_leases_operation_idx ON entity_leases (operation_id);
