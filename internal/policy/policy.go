@@ -26,23 +26,35 @@ func Guard(reg *registry.Registry, tool *registry.Tool) func(context.Context, *s
 		if err != nil {
 			return "", err
 		}
-		var counted []*op.Operation
-		for _, other := range mine {
-			if other.Tool == tool.Name && mayHaveEffect(other) && other.IdempotencyKey != o.IdempotencyKey {
+		for _, g := range tool.Guards {
+			scope, scopeValue := o.EntityType+" "+o.EntityID, o.EntityID
+			if g.Scope != "" {
+				v, ok := argField(o, g.Scope)
+				if !ok {
+					return "", fmt.Errorf("operation has no %s", g.Scope)
+				}
+				scope, scopeValue = g.Scope+" "+v, v
+			}
+			var counted []*op.Operation
+			for _, other := range mine {
+				if other.Tool != tool.Name || !mayHaveEffect(other) || other.IdempotencyKey == o.IdempotencyKey {
+					continue
+				}
+				if v, _ := argField(other, g.Scope); g.Scope != "" && v != scopeValue {
+					continue
+				}
 				counted = append(counted, other)
 			}
-		}
-		for _, g := range tool.Guards {
 			var reason string
 			var err error
 			switch g.Kind {
 			case registry.GuardOncePerEntity:
 				if len(counted) > 0 {
-					reason = fmt.Sprintf("refused by a state guard: %s %s already has %s operation %s (%s); only one is allowed",
-						o.EntityType, o.EntityID, tool.Name, counted[0].ID, counted[0].State)
+					reason = fmt.Sprintf("refused by a state guard: %s already has %s operation %s (%s); only one is allowed",
+						scope, tool.Name, counted[0].ID, counted[0].State)
 				}
 			case registry.GuardTotalAtMost:
-				reason, err = totalAtMost(ctx, tx, reg, g, o, counted)
+				reason, err = totalAtMost(ctx, tx, g, o, scope, scopeValue, counted)
 			}
 			if err != nil || reason != "" {
 				return reason, err
@@ -65,7 +77,7 @@ func mayHaveEffect(o *op.Operation) bool {
 	return true
 }
 
-func totalAtMost(ctx context.Context, tx *store.Tx, reg *registry.Registry, g registry.Guard, o *op.Operation, counted []*op.Operation) (string, error) {
+func totalAtMost(ctx context.Context, tx *store.Tx, g registry.Guard, o *op.Operation, scope, scopeValue string, counted []*op.Operation) (string, error) {
 	total, err := intArg(o, g.Field)
 	if err != nil {
 		return "", err
@@ -77,7 +89,7 @@ func totalAtMost(ctx context.Context, tx *store.Tx, reg *registry.Registry, g re
 		}
 		total += n
 	}
-	limitOps, err := tx.OperationsByExternalObject(ctx, g.LimitTool, o.EntityID)
+	limitOps, err := tx.OperationsByExternalObject(ctx, g.LimitTool, scopeValue)
 	if err != nil {
 		return "", err
 	}
@@ -90,13 +102,13 @@ func totalAtMost(ctx context.Context, tx *store.Tx, reg *registry.Registry, g re
 			return "", err
 		}
 		if total > limit {
-			return fmt.Sprintf("refused by a state guard: %s would bring the total %s on %s %s to %d, above the %d of %s operation %s",
-				o.Tool, g.Field, o.EntityType, o.EntityID, total, limit, g.LimitTool, lo.ID), nil
+			return fmt.Sprintf("refused by a state guard: %s would bring the total %s on %s to %d, above the %d of %s operation %s",
+				o.Tool, g.Field, scope, total, limit, g.LimitTool, lo.ID), nil
 		}
 		return "", nil
 	}
-	return fmt.Sprintf("refused by a state guard: no completed %s operation made %s %s, so there is no limit to check %s against",
-		g.LimitTool, o.EntityType, o.EntityID, g.Field), nil
+	return fmt.Sprintf("refused by a state guard: no completed %s operation made %s, so there is no limit to check %s against",
+		g.LimitTool, scope, g.Field), nil
 }
 
 // intArg reads an integer argument from an operation's canonical args.

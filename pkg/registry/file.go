@@ -79,6 +79,7 @@ type fileApproval struct {
 
 type fileGuard struct {
 	Kind  string          `yaml:"kind"`
+	Scope string          `yaml:"scope"`
 	Field string          `yaml:"field"`
 	Limit *fileGuardLimit `yaml:"limit"`
 }
@@ -699,7 +700,10 @@ func (p *problems) guards(t *Tool, ft *fileTool) {
 			p.add(f+".kind", "must be %s or %s, got %q", GuardOncePerEntity, GuardTotalAtMost, g.Kind)
 			continue
 		}
-		gd := Guard{Kind: g.Kind, Field: g.Field}
+		if g.Scope != "" && !schemaHasField(ft.ArgsSchema, g.Scope, "string") {
+			p.add(f+".scope", "must name a string argument, %q is not one", g.Scope)
+		}
+		gd := Guard{Kind: g.Kind, Scope: g.Scope, Field: g.Field}
 		if g.Limit != nil {
 			gd.LimitTool, gd.LimitField = g.Limit.Tool, g.Limit.Field
 		}

@@ -113,7 +113,12 @@ const DefaultApprovalExpiry = 24 * time.Hour
 // Guard is a state guard checked against the ledger before an operation is
 // created (see GuardOncePerEntity, GuardTotalAtMost).
 type Guard struct {
-	Kind  string
+	Kind string
+	// Scope, when set, narrows the guard to the entity's operations of the
+	// tool whose argument Scope equals this one's (a refund guard per charge
+	// on a customer's entity); the limit operation is the one whose vendor
+	// object id is that argument. Empty: the whole entity.
+	Scope string
 	Field string
 	// LimitTool and LimitField name the limit of GuardTotalAtMost.
 	LimitTool, LimitField string
