@@ -50,6 +50,9 @@ type Options struct {
 	Clock func() time.Time
 	// Log receives the services' logs; the zero value logs nothing.
 	Log zerolog.Logger
+	// EditRegistry, when set, changes the example registry before it is
+	// loaded (see internal/regedit).
+	EditRegistry func([]byte) ([]byte, error)
 }
 
 // Env is one test's private pipeline infrastructure. Everything is closed in
@@ -100,7 +103,7 @@ func Start(t *testing.T, opts Options) *Env {
 	require.NoError(t, err)
 	t.Cleanup(e.Vendors.Close)
 
-	e.Registry = LoadRegistry(t, e.Vendors.URL(), opts.ToolTimeout)
+	e.Registry = loadRegistry(t, e.Vendors.URL(), opts.ToolTimeout, opts.EditRegistry)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	t.Cleanup(client.CloseIdleConnections)
 	e.Adapters, err = e.Registry.Adapters(client)
@@ -120,8 +123,17 @@ const DefaultApplyBound = 2 * time.Second
 // exactly what ships.
 func LoadRegistry(t *testing.T, vendorURL string, timeout time.Duration) *registry.Registry {
 	t.Helper()
+	return loadRegistry(t, vendorURL, timeout, nil)
+}
+
+func loadRegistry(t *testing.T, vendorURL string, timeout time.Duration, edit func([]byte) ([]byte, error)) *registry.Registry {
+	t.Helper()
 	data, err := os.ReadFile(filepath.Join(RepoRoot(t), "examples", "registry.yaml"))
 	require.NoError(t, err)
+	if edit != nil {
+		data, err = edit(data)
+		require.NoError(t, err)
+	}
 	data, err = regedit.Set(data, "timeout", timeout.String(), nil)
 	require.NoError(t, err)
 	data, err = regedit.Set(data, "apply_bound", max(DefaultApplyBound, timeout).String(), func(tl regedit.Tool) bool { return !tl.VendorIdempotency })

@@ -6,6 +6,7 @@ package regedit
 
 import (
 	"fmt"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -17,8 +18,10 @@ type Tool struct {
 	VendorIdempotency bool
 }
 
-// Set sets field to value in every tool for which only returns true (all
-// tools when only is nil), adding the field where it is missing.
+// Set sets field (a dotted path, such as approval.approvals_required) to
+// value, written as a plain YAML scalar, in every tool for which only
+// returns true (all tools when only is nil), adding the field and the
+// mappings on its path where they are missing.
 func Set(data []byte, field, value string, only func(Tool) bool) ([]byte, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -42,13 +45,28 @@ func Set(data []byte, field, value string, only func(Tool) bool) ([]byte, error)
 		if only != nil && !only(t) {
 			continue
 		}
-		if v := mapping(def, field); v != nil {
-			v.Kind, v.Tag, v.Value, v.Content = yaml.ScalarNode, "!!str", value, nil
+		parts := strings.Split(field, ".")
+		cur := def
+		for _, part := range parts[:len(parts)-1] {
+			next := mapping(cur, part)
+			if next == nil || next.Kind != yaml.MappingNode {
+				if next == nil {
+					next = &yaml.Node{Kind: yaml.MappingNode}
+					cur.Content = append(cur.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: part}, next)
+				} else {
+					next.Kind, next.Tag, next.Value, next.Content = yaml.MappingNode, "", "", nil
+				}
+			}
+			cur = next
+		}
+		last := parts[len(parts)-1]
+		if v := mapping(cur, last); v != nil {
+			v.Kind, v.Tag, v.Value, v.Content, v.Style = yaml.ScalarNode, "", value, nil, 0
 			continue
 		}
-		def.Content = append(def.Content,
-			&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: field},
-			&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: value})
+		cur.Content = append(cur.Content,
+			&yaml.Node{Kind: yaml.ScalarNode, Value: last},
+			&yaml.Node{Kind: yaml.ScalarNode, Value: value})
 	}
 	return yaml.Marshal(&doc)
 }

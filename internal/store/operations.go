@@ -28,6 +28,8 @@ func toOperation(r dbsqlc.Operation) *op.Operation {
 		State:                 op.State(r.State),
 		Version:               r.Version,
 		OriginEventID:         r.OriginEventID,
+		ProposedBy:            r.ProposedBy,
+		DedupeKey:             r.DedupeKey,
 		AttemptCount:          int(r.AttemptCount),
 		LeaseEpoch:            r.LeaseEpoch,
 		ExternalRequestID:     r.ExternalRequestID,

@@ -249,8 +249,8 @@ func decodeStrict(body []byte, v any, fields []string, nested map[string][]strin
 
 // Field lists of the messages, as their JSON Schemas have them.
 var (
-	intentFields  = []string{"spec", "event_id", "workflow_id", "run_id", "tool", "intent", "args", "actor", "correlation"}
-	intentNested  = map[string][]string{"actor": {"type", "id"}, "correlation": nil}
+	intentFields  = []string{"spec", "event_id", "workflow_id", "run_id", "tool", "intent", "args", "actor", "correlation", "dedupe_override"}
+	intentNested  = map[string][]string{"actor": {"type", "id"}, "correlation": nil, "dedupe_override": {"reason"}}
 	commandFields = []string{"spec", "kind", "operation_id", "tool", "idempotency_key", "lease_epoch", "workflow_id", "event_id", "state"}
 )
 
