@@ -96,7 +96,7 @@ func TestSeparateProcesses(t *testing.T) {
 	for i := range distinct {
 		args := json.RawMessage(fmt.Sprintf(`{"order_id":"order_%d","customer_id":"cust_1","amount_cents":%d,"currency":"USD"}`, i, 100+i))
 		for _, eventID := range []string{fmt.Sprintf("conv_p:call_%d", i), fmt.Sprintf("conv_p:retry_%d", i)} {
-			_, err := cl.Publish(ctx, wire.Intent{EventID: eventID, WorkflowID: "wf_proc", Tool: "capture_payment", Args: args}, "")
+			err := cl.Publish(ctx, wire.Intent{EventID: eventID, WorkflowID: "wf_proc", Tool: "capture_payment", Args: args}, "")
 			require.NoError(t, err)
 		}
 	}

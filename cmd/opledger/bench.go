@@ -149,7 +149,7 @@ func benchRun(ctx context.Context, cl *client.Client, wf string, n int) (time.Du
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				if _, err := cl.Publish(ctx, benchIntent(wf, i), ""); err != nil {
+				if err := cl.Publish(ctx, benchIntent(wf, i), ""); err != nil {
 					pubErr.Store(err)
 				}
 			}()
@@ -189,7 +189,7 @@ func benchLatency(ctx context.Context, cl *client.Client, n int) ([]time.Duratio
 	for i := range n {
 		in := benchIntent(wf, i)
 		start := time.Now()
-		if _, err := cl.Publish(ctx, in, ""); err != nil {
+		if err := cl.Publish(ctx, in, ""); err != nil {
 			return nil, err
 		}
 		for {

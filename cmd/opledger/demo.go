@@ -41,9 +41,8 @@ func Demo(ctx context.Context, d *app.Stack, w io.Writer) error {
 	email := json.RawMessage(`{"to":"customer@example.com","template":"payment_receipt","reference":"order_123"}`)
 	say := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
 	send := func(eventID, tool string, args json.RawMessage) error {
-		_, err := cl.Publish(ctx, wire.Intent{EventID: eventID, WorkflowID: wf, Tool: tool, Args: args,
+		return cl.Publish(ctx, wire.Intent{EventID: eventID, WorkflowID: wf, Tool: tool, Args: args,
 			Actor: &wire.Actor{Type: "agent", ID: "support-bot"}}, "")
-		return err
 	}
 	// seen keeps every result, so a wait can be satisfied by one that arrived earlier.
 	var seen []wire.Result
@@ -95,12 +94,8 @@ func Demo(ctx context.Context, d *app.Stack, w io.Writer) error {
 		return err
 	}
 	say("02:13 The agent's queue redelivers the first tool call.")
-	dup, err := cl.Publish(ctx, wire.Intent{EventID: "conv_42:call_1", WorkflowID: wf, Tool: "capture_payment", Args: payment}, "")
-	if err != nil {
+	if err := cl.Publish(ctx, wire.Intent{EventID: "conv_42:call_1", WorkflowID: wf, Tool: "capture_payment", Args: payment}, ""); err != nil {
 		return err
-	}
-	if dup {
-		say("  (JetStream dropped it inside its duplicate window; past the window, the ledger's inbox answers duplicate_event)")
 	}
 	if first, err = await("", func(r wire.Result) bool {
 		return r.OperationID == first.OperationID && r.Status == string(op.StateCompletedSuccess)

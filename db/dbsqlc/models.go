@@ -126,6 +126,7 @@ type Operation struct {
 	GenerationAttemptBase  int32
 	ProposedBy             string
 	DedupeKey              string
+	Tenant                 string
 }
 
 type OperationEvent struct {

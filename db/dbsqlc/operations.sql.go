@@ -53,7 +53,7 @@ func (q *Queries) OperationCountByState(ctx context.Context) ([]OperationCountBy
 }
 
 const operationGet = `-- name: OperationGet :one
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key FROM operations WHERE id = $1
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM operations WHERE id = $1
 `
 
 func (q *Queries) OperationGet(ctx context.Context, id string) (Operation, error) {
@@ -90,12 +90,13 @@ func (q *Queries) OperationGet(ctx context.Context, id string) (Operation, error
 		&i.GenerationAttemptBase,
 		&i.ProposedBy,
 		&i.DedupeKey,
+		&i.Tenant,
 	)
 	return i, err
 }
 
 const operationGetByKey = `-- name: OperationGetByKey :one
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key FROM operations WHERE idempotency_key = $1
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM operations WHERE idempotency_key = $1
 `
 
 func (q *Queries) OperationGetByKey(ctx context.Context, idempotencyKey string) (Operation, error) {
@@ -132,6 +133,7 @@ func (q *Queries) OperationGetByKey(ctx context.Context, idempotencyKey string) 
 		&i.GenerationAttemptBase,
 		&i.ProposedBy,
 		&i.DedupeKey,
+		&i.Tenant,
 	)
 	return i, err
 }
@@ -140,15 +142,15 @@ const operationInsertOrGet = `-- name: OperationInsertOrGet :one
 INSERT INTO operations (
     id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
     args_canonical, args_hash, side_effect_class, idempotency_key, state, version, origin_event_id,
-    compensates_operation_id, trace_id, proposed_by, dedupe_key, created_at, updated_at
+    compensates_operation_id, trace_id, proposed_by, dedupe_key, tenant, created_at, updated_at
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8,
     $9, $10, $11, $12, $13, $14, $15,
-    $16, $17, $18, $19,
-    coalesce($20::timestamptz, now()), coalesce($20::timestamptz, now())
+    $16, $17, $18, $19, $20,
+    coalesce($21::timestamptz, now()), coalesce($21::timestamptz, now())
 )
 ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
-RETURNING operations.id, operations.workflow_id, operations.run_id, operations.tool, operations.tool_version, operations.intent, operations.entity_type, operations.entity_id, operations.args_canonical, operations.args_hash, operations.side_effect_class, operations.idempotency_key, operations.state, operations.attempt_count, operations.lease_epoch, operations.external_request_id, operations.external_object_id, operations.compensates_operation_id, operations.trace_id, operations.last_error_category, operations.last_error, operations.created_at, operations.updated_at, operations.version, operations.origin_event_id, operations.generation, operations.generation_started_at, operations.generation_attempt_base, operations.proposed_by, operations.dedupe_key, (xmax <> 0)::boolean AS duplicate
+RETURNING operations.id, operations.workflow_id, operations.run_id, operations.tool, operations.tool_version, operations.intent, operations.entity_type, operations.entity_id, operations.args_canonical, operations.args_hash, operations.side_effect_class, operations.idempotency_key, operations.state, operations.attempt_count, operations.lease_epoch, operations.external_request_id, operations.external_object_id, operations.compensates_operation_id, operations.trace_id, operations.last_error_category, operations.last_error, operations.created_at, operations.updated_at, operations.version, operations.origin_event_id, operations.generation, operations.generation_started_at, operations.generation_attempt_base, operations.proposed_by, operations.dedupe_key, operations.tenant, (xmax <> 0)::boolean AS duplicate
 `
 
 type OperationInsertOrGetParams struct {
@@ -171,6 +173,7 @@ type OperationInsertOrGetParams struct {
 	TraceID                string
 	ProposedBy             string
 	DedupeKey              string
+	Tenant                 string
 	Now                    *time.Time
 }
 
@@ -203,6 +206,7 @@ func (q *Queries) OperationInsertOrGet(ctx context.Context, arg OperationInsertO
 		arg.TraceID,
 		arg.ProposedBy,
 		arg.DedupeKey,
+		arg.Tenant,
 		arg.Now,
 	)
 	var i OperationInsertOrGetRow
@@ -237,13 +241,14 @@ func (q *Queries) OperationInsertOrGet(ctx context.Context, arg OperationInsertO
 		&i.Operation.GenerationAttemptBase,
 		&i.Operation.ProposedBy,
 		&i.Operation.DedupeKey,
+		&i.Operation.Tenant,
 		&i.Duplicate,
 	)
 	return i, err
 }
 
 const operationListByWorkflow = `-- name: OperationListByWorkflow :many
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key FROM operations WHERE workflow_id = $1 ORDER BY created_at, id
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM operations WHERE workflow_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string) ([]Operation, error) {
@@ -286,6 +291,7 @@ func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string
 			&i.GenerationAttemptBase,
 			&i.ProposedBy,
 			&i.DedupeKey,
+			&i.Tenant,
 		); err != nil {
 			return nil, err
 		}
@@ -298,7 +304,7 @@ func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string
 }
 
 const operationListDispatchedUnclaimed = `-- name: OperationListDispatchedUnclaimed :many
-SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key FROM operations o
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant FROM operations o
 WHERE o.state = 'dispatched'
   AND o.updated_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
   AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch
@@ -365,6 +371,7 @@ func (q *Queries) OperationListDispatchedUnclaimed(ctx context.Context, arg Oper
 			&i.GenerationAttemptBase,
 			&i.ProposedBy,
 			&i.DedupeKey,
+			&i.Tenant,
 		); err != nil {
 			return nil, err
 		}
@@ -377,7 +384,7 @@ func (q *Queries) OperationListDispatchedUnclaimed(ctx context.Context, arg Oper
 }
 
 const operationListStuckDispatched = `-- name: OperationListStuckDispatched :many
-SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, a.id AS attempt_id, a.deadline_at FROM attempts a JOIN operations o ON o.id = a.operation_id
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant, a.id AS attempt_id, a.deadline_at FROM attempts a JOIN operations o ON o.id = a.operation_id
 WHERE a.finished_at IS NULL
   AND a.deadline_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
   AND o.state = 'dispatched' AND o.lease_epoch = a.lease_epoch
@@ -441,6 +448,7 @@ func (q *Queries) OperationListStuckDispatched(ctx context.Context, arg Operatio
 			&i.Operation.GenerationAttemptBase,
 			&i.Operation.ProposedBy,
 			&i.Operation.DedupeKey,
+			&i.Operation.Tenant,
 			&i.AttemptID,
 			&i.DeadlineAt,
 		); err != nil {
@@ -455,7 +463,7 @@ func (q *Queries) OperationListStuckDispatched(ctx context.Context, arg Operatio
 }
 
 const operationListUnattended = `-- name: OperationListUnattended :many
-SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key FROM operations o
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant FROM operations o
 WHERE o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
   AND o.updated_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
   AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL AND b.parked_at IS NULL)
@@ -516,6 +524,7 @@ func (q *Queries) OperationListUnattended(ctx context.Context, arg OperationList
 			&i.GenerationAttemptBase,
 			&i.ProposedBy,
 			&i.DedupeKey,
+			&i.Tenant,
 		); err != nil {
 			return nil, err
 		}
@@ -551,7 +560,7 @@ WITH finished AS (
         last_error          = CASE WHEN $15::boolean THEN $17::text ELSE operations.last_error END,
         updated_at          = coalesce($1::timestamptz, now())
     WHERE operations.id = $18 AND operations.state = $19 AND operations.lease_epoch = $20
-    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant
 ), released AS (
     -- An operation no longer in flight gives its entity's lease back.
     DELETE FROM entity_leases WHERE operation_id = $18 AND $21::boolean AND EXISTS (SELECT 1 FROM changed)
@@ -573,7 +582,7 @@ WITH finished AS (
                  unnest($31::text[]) AS operation_id, unnest($32::float8[]) AS delay_seconds) AS m
     WHERE EXISTS (SELECT 1 FROM changed)
 )
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key FROM changed
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM changed
 `
 
 type OperationTransitionParams struct {
@@ -642,6 +651,7 @@ type OperationTransitionRow struct {
 	GenerationAttemptBase  int32
 	ProposedBy             string
 	DedupeKey              string
+	Tenant                 string
 }
 
 // One decision, one statement: a chain of events (usually one) moves the
@@ -721,6 +731,7 @@ func (q *Queries) OperationTransition(ctx context.Context, arg OperationTransiti
 		&i.GenerationAttemptBase,
 		&i.ProposedBy,
 		&i.DedupeKey,
+		&i.Tenant,
 	)
 	return i, err
 }

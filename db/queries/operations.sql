@@ -5,11 +5,11 @@
 INSERT INTO operations (
     id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
     args_canonical, args_hash, side_effect_class, idempotency_key, state, version, origin_event_id,
-    compensates_operation_id, trace_id, proposed_by, dedupe_key, created_at, updated_at
+    compensates_operation_id, trace_id, proposed_by, dedupe_key, tenant, created_at, updated_at
 ) VALUES (
     @id, @workflow_id, @run_id, @tool, @tool_version, @intent, @entity_type, @entity_id,
     @args_canonical, @args_hash, @side_effect_class, @idempotency_key, @state, @version, @origin_event_id,
-    sqlc.narg('compensates_operation_id'), @trace_id, @proposed_by, @dedupe_key,
+    sqlc.narg('compensates_operation_id'), @trace_id, @proposed_by, @dedupe_key, @tenant,
     coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now())
 )
 ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key

@@ -39,7 +39,7 @@ func startSystem(t *testing.T, dispatchers int) *app.Stack {
 // intent is one message the test agent publishes.
 type intent struct {
 	in       wire.Intent
-	noHeader bool // published without Nats-Msg-Id: JetStream cannot dedupe it, the ledger must
+	noHeader bool // published with a plain NATS request, not the client (neither sets Nats-Msg-Id: the ledger dedupes)
 }
 
 func TestEndToEndExactlyOneEffectPerOperation(t *testing.T) {
@@ -82,7 +82,7 @@ func TestEndToEndExactlyOneEffectPerOperation(t *testing.T) {
 	for _, in := range base {
 		msgs = append(msgs, intent{in: in})
 	}
-	// 20%: the same event id again (a redelivery), half past JetStream's dedupe.
+	// 20%: the same event id again (a redelivery), half through the client.
 	for i := range total / 5 {
 		msgs = append(msgs, intent{in: base[rng.IntN(distinct)], noHeader: i%2 == 0})
 	}
@@ -112,7 +112,7 @@ func TestEndToEndExactlyOneEffectPerOperation(t *testing.T) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			if !m.noHeader {
-				_, err := cl.Publish(ctx, m.in, "")
+				err := cl.Publish(ctx, m.in, "")
 				require.NoError(t, err)
 				return
 			}

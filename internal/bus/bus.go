@@ -92,7 +92,8 @@ func (b *Bus) Check(ctx context.Context) error {
 type StreamOptions struct {
 	// Replicas per stream; 1 for a single server.
 	Replicas int
-	// DuplicateWindow is JetStream's Nats-Msg-Id dedupe window (default 2m).
+	// DuplicateWindow is JetStream's Nats-Msg-Id dedupe window for OPS and
+	// RESULTS (default 2m). INTENTS always has IntentDuplicateWindow.
 	DuplicateWindow time.Duration
 	// MaxAge bounds how long messages are kept (default 24h for INTENTS and
 	// OPS, 1h for RESULTS). The ledger, not the stream, is the record.
@@ -105,11 +106,20 @@ type StreamOptions struct {
 // yet, and remembers o for recreating them should the server lose them.
 // Existing streams are left as the operator configured them, except that
 // OPS must keep at most one message per subject (one live command per
-// operation and kind), which is set if missing. Several processes may call
-// it at once.
+// operation and kind), and INTENTS must not dedupe by Nats-Msg-Id for
+// longer than IntentDuplicateWindow; both are set if missing. Several
+// processes may call it at once.
 //
 // OPS is a work queue: a command leaves the stream once a worker has acked
 // it, so the stream holds only commands still to do.
+// IntentDuplicateWindow is INTENTS' Nats-Msg-Id dedupe window: the
+// shortest JetStream allows. A stream's dedupe is stream-wide, across
+// tenants, so with a longer window an agent of one tenant could publish
+// another tenant's event id first and make that tenant's intent vanish as a
+// "duplicate". The ledger's inbox dedupes event ids per tenant instead (a
+// redelivered intent is answered duplicate_event).
+const IntentDuplicateWindow = 100 * time.Millisecond
+
 func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 	b.mu.Lock()
 	b.streams = o
@@ -131,14 +141,17 @@ func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 		return def
 	}
 	for _, sc := range []jetstream.StreamConfig{
-		{Name: wire.StreamIntents, Subjects: []string{wire.IntentSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour), Retention: jetstream.LimitsPolicy},
+		{Name: wire.StreamIntents, Subjects: []string{wire.IntentSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour), Retention: jetstream.LimitsPolicy,
+			Duplicates: IntentDuplicateWindow},
 		{Name: wire.StreamOps, Subjects: []string{wire.OpsSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour),
 			Retention: jetstream.WorkQueuePolicy, MaxMsgsPerSubject: 1},
 		{Name: wire.StreamResults, Subjects: []string{wire.ResultSubjectPrefix + ">"}, MaxAge: age(time.Hour), Retention: jetstream.LimitsPolicy},
 	} {
 		sc.Storage = storage
 		sc.Replicas = o.Replicas
-		sc.Duplicates = o.DuplicateWindow
+		if sc.Duplicates == 0 {
+			sc.Duplicates = o.DuplicateWindow
+		}
 		if err := b.ensureStream(ctx, sc); err != nil {
 			return err
 		}
@@ -161,16 +174,23 @@ func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error
 	} else if err != nil {
 		return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
 	}
-	if sc.MaxMsgsPerSubject > 0 {
-		cur := st.CachedInfo().Config
-		if cur.MaxMsgsPerSubject != sc.MaxMsgsPerSubject {
-			cur.MaxMsgsPerSubject = sc.MaxMsgsPerSubject
-			if _, err := b.js.UpdateStream(ctx, cur); err != nil {
-				return fmt.Errorf("bus: stream %s: keep one message per subject: %w", sc.Name, err)
-			}
-			b.log.Warn().Str("stream", sc.Name).Msg("stream now keeps one message per subject")
-		}
+	cur := st.CachedInfo().Config
+	var fixed []string
+	if sc.MaxMsgsPerSubject > 0 && cur.MaxMsgsPerSubject != sc.MaxMsgsPerSubject {
+		cur.MaxMsgsPerSubject = sc.MaxMsgsPerSubject
+		fixed = append(fixed, "keeps one message per subject")
 	}
+	if sc.Name == wire.StreamIntents && cur.Duplicates > sc.Duplicates {
+		cur.Duplicates = sc.Duplicates
+		fixed = append(fixed, "dedupes by Nats-Msg-Id for "+sc.Duplicates.String()+" only")
+	}
+	if len(fixed) == 0 {
+		return nil
+	}
+	if _, err := b.js.UpdateStream(ctx, cur); err != nil {
+		return fmt.Errorf("bus: stream %s: %s: %w", sc.Name, strings.Join(fixed, ", "), err)
+	}
+	b.log.Warn().Str("stream", sc.Name).Strs("now", fixed).Msg("stream settings corrected")
 	return nil
 }
 

@@ -170,7 +170,7 @@ func RequestTx(ctx context.Context, tx *store.Tx, reg *registry.Registry, origin
 		if err != nil {
 			return err
 		}
-		p, err := ctool.Prepare(registry.Proposal{WorkflowID: orig.WorkflowID, RunID: orig.RunID, TraceID: orig.TraceID, Args: args})
+		p, err := ctool.Prepare(registry.Proposal{WorkflowID: orig.WorkflowID, Tenant: orig.Tenant, RunID: orig.RunID, TraceID: orig.TraceID, Args: args})
 		if err != nil {
 			return fmt.Errorf("compensation of %s: %w", orig.ID, err)
 		}

@@ -536,17 +536,23 @@ func (r *runner) publish(ctx context.Context, a *action, m message) error {
 		at := time.Now()
 		var dup bool
 		if m.noMsgID {
-			// Without Nats-Msg-Id JetStream cannot drop it: only the ledger can.
+			// The client sends no Nats-Msg-Id: only the ledger can drop it.
+			err = r.cl.Publish(ctx, in, "")
+		} else {
+			// An agent of another make that sets Nats-Msg-Id: JetStream
+			// drops a copy inside INTENTS' 100 ms window, the ledger
+			// answers the rest.
 			var data []byte
 			if data, err = json.Marshal(in); err != nil {
 				return err
 			}
+			m := nats.NewMsg(wire.IntentSubject(a.workflow))
+			m.Data = data
+			m.Header.Set(wire.HeaderMsgID, in.EventID)
 			var ack *jetstream.PubAck
-			if ack, err = r.js.PublishMsg(ctx, &nats.Msg{Subject: wire.IntentSubject(a.workflow), Data: data}); err == nil {
+			if ack, err = r.js.PublishMsg(ctx, m); err == nil {
 				dup = ack.Duplicate
 			}
-		} else {
-			dup, err = r.cl.Publish(ctx, in, "")
 		}
 		if err == nil {
 			r.tr.sent(a, m, at, dup)

@@ -69,9 +69,12 @@ func TestRunSmallMatrix(t *testing.T) {
 	require.Zero(t, k.FalseDedupes)
 	require.Zero(t, k.ReplansNotRecognized)
 	// 4 of 5 actions per tool in the duplicates scenario are resent with
-	// the same event id, once with and once without Nats-Msg-Id.
-	require.Equal(t, 12, k.Decisions[string(op.DecisionDuplicateEvent)], "redeliveries without Nats-Msg-Id reached the ledger")
-	require.Equal(t, 12, k.Decisions["jetstream_duplicate"], "redeliveries with Nats-Msg-Id were dropped by JetStream")
+	// the same event id, once with and once without Nats-Msg-Id. Those
+	// with it are dropped by JetStream inside INTENTS' 100 ms window and
+	// answered by the ledger past it.
+	require.Equal(t, 24, k.Decisions[string(op.DecisionDuplicateEvent)]+k.Decisions["jetstream_duplicate"],
+		"every redelivery was dropped by JetStream or answered duplicate_event: %v", k.Decisions)
+	require.GreaterOrEqual(t, k.Decisions[string(op.DecisionDuplicateEvent)], 12, "redeliveries without Nats-Msg-Id reached the ledger")
 	// Re-plans: two per resent action there, one per fifth action in the
 	// fault scenarios, one per look-alike.
 	require.Equal(t, 12*2+9*3+15, k.Decisions[string(op.DecisionDuplicateOperation)])

@@ -31,8 +31,18 @@ import (
 	"github.com/opledger/opledger/pkg/wire"
 )
 
-// Source is the inbox source of intents received over NATS.
+// Source is the inbox source of the default tenant's intents received
+// over NATS; SourceFor names another tenant's.
 const Source = "nats:intents"
+
+// SourceFor is the inbox source of a tenant's intents: event ids are unique
+// per tenant, so one tenant cannot take another's.
+func SourceFor(tenant string) string {
+	if tenant == "" || tenant == wire.DefaultTenant {
+		return Source
+	}
+	return Source + "/" + tenant
+}
 
 // garbagePrefix keys the inbox row of an intent without a usable event id
 // by the hash of its bytes.
@@ -104,8 +114,8 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 	start := time.Now()
 	msgID := header[wire.HeaderMsgID]
 	tp := telemetry.ParseTraceparent(header[wire.HeaderTraceparent])
-	sub, tool, reject := s.plan(subject, msgID, body, tp)
-	ans, err := s.submit(ctx, sub, tool, reject, tp)
+	sub, tenant, tool, reject := s.plan(subject, msgID, body, tp)
+	ans, err := s.submit(ctx, sub, tenant, tool, reject, tp)
 	if errors.Is(err, op.ErrInvalid) && sub.RejectReason == "" {
 		// The ledger refused something in the intent that validation let
 		// through. The agent still gets an answer: the intent is recorded
@@ -113,7 +123,7 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 		s.log.Warn().Err(err).Str("event_id", sub.EventID).Msg("the ledger refused the intent; rejecting it")
 		sub.Operation, sub.Outbox, sub.Initial = nil, nil, ""
 		sub.RejectReason = "the ledger could not store this intent: " + reason(err)
-		ans, err = s.submit(ctx, sub, tool, sub.RejectReason, tp)
+		ans, err = s.submit(ctx, sub, tenant, tool, sub.RejectReason, tp)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ingest %s: %w", wire.Clip(sub.EventID), err)
@@ -134,7 +144,7 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 }
 
 // submit records sub and builds its answer, in one transaction.
-func (s *Service) submit(ctx context.Context, sub store.Submission, tool, reject string, tp telemetry.Traceparent) (*Answer, error) {
+func (s *Service) submit(ctx context.Context, sub store.Submission, tenant, tool, reject string, tp telemetry.Traceparent) (*Answer, error) {
 	var ans Answer
 	sub.Answer = func(res *store.SubmitResult) []store.Message {
 		ans.Decision = res.Decision
@@ -149,6 +159,7 @@ func (s *Service) submit(ctx context.Context, sub store.Submission, tool, reject
 				reason = reject
 			}
 			ans.Result = wire.Rejection(sub.EventID, sub.WorkflowID, tool, reason, res.Decision, time.Now())
+			ans.Result.Tenant = wire.ResultTenant(tenant)
 			if res.Operation != nil {
 				ans.Result.OperationID = res.Operation.ID
 			}
@@ -182,10 +193,18 @@ func (s *Service) submit(ctx context.Context, sub store.Submission, tool, reject
 // plan validates an intent and prepares its submission. When the intent is
 // invalid the submission carries the reason and the raw bytes, and reject
 // repeats the reason.
-func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Traceparent) (sub store.Submission, tool, reject string) {
+func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Traceparent) (sub store.Submission, tenant, tool, reject string) {
 	sub = store.Submission{Source: Source, Payload: body, Actor: "planner-ingest"}
 	in, err := wire.DecodeIntent(subject, msgID, body)
 	if err != nil {
+		// The subject is the only tenant there is (the body is not
+		// trusted); an intent on a subject naming no tenant is answered
+		// nowhere but the unroutable subject.
+		tenant = wire.DefaultTenant
+		if t, wf, ok := wire.ParseIntentSubject(subject); ok {
+			tenant, sub.WorkflowID = t, wf
+		}
+		sub.Source = SourceFor(tenant)
 		// Without a trustworthy event id, key the inbox row by the header if
 		// it is a valid id or, failing that, by the bytes themselves: a
 		// redelivery lands on the same row. Nothing unvalidated reaches a
@@ -195,22 +214,21 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 			sum := sha256.Sum256(body)
 			sub.EventID = garbagePrefix + hex.EncodeToString(sum[:])
 		}
-		if wf := strings.TrimPrefix(subject, wire.IntentSubjectPrefix); wire.ValidWorkflowID(wf) {
-			sub.WorkflowID = wf
-		}
 		sub.RejectReason = reason(err)
-		return sub, "", sub.RejectReason
+		return sub, tenant, "", sub.RejectReason
 	}
+	tenant = in.Tenant
+	sub.Source = SourceFor(tenant)
 	sub.EventID, sub.WorkflowID, tool = in.EventID, in.WorkflowID, in.Tool
 	t, err := s.reg.Tool(in.Tool)
 	if err != nil {
 		sub.RejectReason = fmt.Sprintf("tool %q is not registered", wire.Clip(in.Tool))
-		return sub, tool, sub.RejectReason
+		return sub, tenant, tool, sub.RejectReason
 	}
-	p, err := t.Prepare(registry.Proposal{WorkflowID: in.WorkflowID, RunID: in.RunID, Intent: in.Intent, TraceID: tp.TraceID, Args: in.Args})
+	p, err := t.Prepare(registry.Proposal{WorkflowID: in.WorkflowID, Tenant: tenant, RunID: in.RunID, Intent: in.Intent, TraceID: tp.TraceID, Args: in.Args})
 	if err != nil {
 		sub.RejectReason = reason(err)
-		return sub, tool, sub.RejectReason
+		return sub, tenant, tool, sub.RejectReason
 	}
 	sub.Operation, sub.Initial = p.Operation, p.Initial
 	if in.Actor != nil {
@@ -233,7 +251,7 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 			return []store.Message{outbox.Command(wire.KindDispatch, o, in.EventID, tp, 0)}
 		}
 	}
-	return sub, tool, ""
+	return sub, tenant, tool, ""
 }
 
 // reason is an error's text for a rejection, without the sentinel's suffix,

@@ -31,7 +31,7 @@ func Command(kind string, o *op.Operation, eventID string, tp telemetry.Tracepar
 // Result is the outbox row that carries r to the agent on its workflow's
 // results subject.
 func Result(r wire.Result, tp telemetry.Traceparent) store.Message {
-	return ResultOn(wire.ResultSubject(r.WorkflowID), r, tp)
+	return ResultOn(wire.TenantResultSubject(r.Tenant, r.WorkflowID), r, tp)
 }
 
 // ResultOn is Result on another subject (wire.UnroutableSubject).

@@ -29,6 +29,7 @@ func toOperation(r dbsqlc.Operation) *op.Operation {
 		Version:               r.Version,
 		OriginEventID:         r.OriginEventID,
 		ProposedBy:            r.ProposedBy,
+		Tenant:                r.Tenant,
 		DedupeKey:             r.DedupeKey,
 		AttemptCount:          int(r.AttemptCount),
 		LeaseEpoch:            r.LeaseEpoch,

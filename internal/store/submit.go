@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -190,7 +191,8 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 		Intent: o.Intent, EntityType: o.EntityType, EntityID: o.EntityID,
 		ArgsCanonical: string(o.Args), ArgsHash: o.ArgsHash, SideEffectClass: string(o.Class),
 		IdempotencyKey: o.IdempotencyKey, State: string(state), Version: version, OriginEventID: s.EventID,
-		CompensatesOperationID: compensates, TraceID: o.TraceID, ProposedBy: s.ProposedBy, DedupeKey: s.Dedupe.Key, Now: t.now(),
+		CompensatesOperationID: compensates, TraceID: o.TraceID, ProposedBy: s.ProposedBy, DedupeKey: s.Dedupe.Key,
+		Tenant: cmp.Or(o.Tenant, "default"), Now: t.now(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("submit %s/%s: operation: %w", s.Source, s.EventID, translate(err))

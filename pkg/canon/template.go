@@ -226,6 +226,10 @@ func mustEscape(r rune) bool {
 	return unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
 }
 
+// CapKey bounds a key built from a rendered one (a tenant prefix added):
+// at most MaxKeyLen bytes, as Render bounds its keys.
+func CapKey(key string) string { return capKey(key) }
+
 // capKey shortens a key longer than MaxKeyLen: the longest prefix that leaves
 // room for "~" and 64 hex digits of the SHA-256 of the whole key, cut on a
 // rune boundary and not inside a %XX escape.

@@ -36,8 +36,9 @@ var ErrClosed = errors.New("client: closed")
 
 // Client publishes intents and reads results. It is safe for concurrent use.
 type Client struct {
-	nc *nats.Conn
-	js jetstream.JetStream
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	tenant string
 
 	// life ends when Close is called or the connection closes for good; every
 	// subscription's context is tied to it.
@@ -49,11 +50,46 @@ type Client struct {
 	wg     sync.WaitGroup // goroutines feeding channels and removing consumers
 }
 
+// Option configures a client.
+type Option func(*settings)
+
+type settings struct {
+	tenant string
+	nats   []nats.Option
+}
+
+// Tenant makes the client publish and read as tenant: intents go to
+// opledger.intents.<tenant>.<workflow_id> and answers are read from
+// opledger.results.<tenant>.<workflow_id>. Without it the client uses the
+// default tenant's subjects. Which tenant an agent may use is up to the NATS
+// server's permissions (docs/security.md).
+func Tenant(tenant string) Option { return func(s *settings) { s.tenant = tenant } }
+
+// NATSOptions passes connection options to nats.Connect: credentials
+// (nats.UserCredentials, nats.UserInfo, nats.Token, nats.Nkey), TLS
+// (nats.RootCAs, nats.ClientCert) and the like.
+func NATSOptions(o ...nats.Option) Option {
+	return func(s *settings) { s.nats = append(s.nats, o...) }
+}
+
 // Connect dials NATS at url; name is the connection's name in the server's
-// monitoring. It returns an error if the server cannot be reached.
-func Connect(url, name string) (*Client, error) {
+// monitoring. It returns an error if the server cannot be reached or an
+// option is invalid.
+func Connect(url, name string, opts ...Option) (*Client, error) {
+	var st settings
+	for _, o := range opts {
+		o(&st)
+	}
+	if st.tenant == "" {
+		st.tenant = wire.DefaultTenant
+	}
+	if !wire.ValidTenant(st.tenant) {
+		return nil, fmt.Errorf("client: tenant %q: want 1-63 lower-case letters, digits, '_' or '-'", wire.Clip(st.tenant))
+	}
 	life, end := context.WithCancel(context.Background())
-	nc, err := nats.Connect(url, nats.Name(name), nats.ClosedHandler(func(*nats.Conn) { end() }))
+	nopts := append([]nats.Option{nats.Name(name)}, st.nats...)
+	nopts = append(nopts, nats.ClosedHandler(func(*nats.Conn) { end() }))
+	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
 		end()
 		return nil, fmt.Errorf("client: connect: %w", err)
@@ -64,7 +100,21 @@ func Connect(url, name string) (*Client, error) {
 		end()
 		return nil, fmt.Errorf("client: jetstream: %w", err)
 	}
-	return &Client{nc: nc, js: js, life: life, end: end}, nil
+	return &Client{nc: nc, js: js, tenant: st.tenant, life: life, end: end}, nil
+}
+
+// ResultSubject is where this client's tenant receives the results of a
+// workflow: the filter for Watch and Results.
+func (c *Client) ResultSubject(workflowID string) string {
+	return wire.TenantResultSubject(c.tenant, workflowID)
+}
+
+// AllResults is the filter matching every result of the client's tenant.
+func (c *Client) AllResults() string {
+	if c.tenant == wire.DefaultTenant {
+		return wire.ResultSubjectPrefix + "*"
+	}
+	return wire.TenantResultFilter(c.tenant)
 }
 
 // Close closes every channel the client returned, waits for the goroutines
@@ -106,35 +156,37 @@ func cause(user context.Context) error {
 	return ErrClosed
 }
 
-// Publish sends an intent to opledger.intents.<workflow_id> with Nats-Msg-Id =
-// event_id and waits for JetStream to store it. It fills an empty Spec but
-// does not validate the intent: opledger answers a malformed one with a
-// rejection (Submit checks first). It reports whether JetStream saw the event
-// id inside its duplicate window and dropped the intent (the ledger dedupes
-// either way). traceparent may be empty.
-func (c *Client) Publish(ctx context.Context, in wire.Intent, traceparent string) (duplicate bool, err error) {
+// Publish sends an intent to the tenant's intent subject for its workflow
+// (opledger.intents.<workflow_id> for the default tenant) and waits for
+// JetStream to store it. It fills an empty Spec but does not validate the
+// intent: opledger answers a malformed one with a rejection (Submit checks
+// first). traceparent may be empty.
+//
+// The intent carries no Nats-Msg-Id: JetStream's dedupe is stream-wide, so
+// with it anyone publishing the same id a moment earlier, in any tenant,
+// could make JetStream drop this intent. Publishing the same event id twice
+// is safe: the ledger's inbox answers the second duplicate_event.
+func (c *Client) Publish(ctx context.Context, in wire.Intent, traceparent string) error {
 	if in.Spec == "" {
 		in.Spec = wire.SpecIntent
 	}
 	data, err := json.Marshal(in)
 	if err != nil {
-		return false, fmt.Errorf("client: encode intent: %w", err)
+		return fmt.Errorf("client: encode intent: %w", err)
 	}
 	return c.publish(ctx, in, data, traceparent)
 }
 
-func (c *Client) publish(ctx context.Context, in wire.Intent, data []byte, traceparent string) (bool, error) {
-	m := nats.NewMsg(wire.IntentSubject(in.WorkflowID))
+func (c *Client) publish(ctx context.Context, in wire.Intent, data []byte, traceparent string) error {
+	m := nats.NewMsg(wire.TenantIntentSubject(c.tenant, in.WorkflowID))
 	m.Data = data
-	m.Header.Set(wire.HeaderMsgID, in.EventID)
 	if traceparent != "" {
 		m.Header.Set(wire.HeaderTraceparent, traceparent)
 	}
-	ack, err := c.js.PublishMsg(ctx, m)
-	if err != nil {
-		return false, fmt.Errorf("client: publish intent %s: %w", wire.Clip(in.EventID), err)
+	if _, err := c.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("client: publish intent %s: %w", wire.Clip(in.EventID), err)
 	}
-	return ack.Duplicate, nil
+	return nil
 }
 
 // subscription reads the RESULTS stream through one ordered consumer.

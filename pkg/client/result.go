@@ -101,10 +101,6 @@ func decodeResult(h nats.Header, data []byte) (Result, bool) {
 // Answer is the ledger's answer to an event id: the first result carrying it.
 type Answer struct {
 	Result
-	// PublishDuplicate reports that JetStream already held this event id in
-	// its duplicate window and dropped the publish; the answer is then the
-	// one given to the earlier publish.
-	PublishDuplicate bool
 }
 
 // Accepted reports whether the intent maps to an operation, new or existing

@@ -10,8 +10,8 @@ import (
 )
 
 // Watch streams the results published on subjects matching filter
-// (wire.ResultSubject(workflowID) for one workflow, "opledger.results.>" for
-// all), from the start of the RESULTS stream.
+// (c.ResultSubject(workflowID) for one workflow, c.AllResults() for all of
+// the client's tenant), from the start of the RESULTS stream.
 //
 // Two kinds of result are dropped, as docs/protocol.md advises:
 //

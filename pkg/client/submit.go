@@ -30,13 +30,11 @@ var ErrInvalidIntent = errors.New("invalid intent")
 // consumer exists before the intent is published, so the answer cannot be
 // missed. If the event id was published before (a resend after a timeout or
 // a restart), the answer is the one given to that earlier publish, not a
-// later duplicate_event: inside JetStream's duplicate window the resend is
-// dropped and no new answer ever comes, and outside it the duplicate_event
-// answer only repeats what the first said (the same operation, or the same
-// refusal) with a fresher status, which SubmitAndWait follows anyway. Only
-// when the earlier results have left the stream (after an hour by default)
-// is the answer the ledger's duplicate_event. Answer.PublishDuplicate tells
-// whether JetStream dropped this publish.
+// later duplicate_event: the duplicate_event answer only repeats what the
+// first said (the same operation, or the same refusal) with a fresher
+// status, which SubmitAndWait follows anyway. Only when the earlier results
+// have left the stream (after an hour by default) is the answer the
+// ledger's duplicate_event.
 //
 // Submit reads the workflow's results still in the stream, so it costs in
 // proportion to them. It waits for the answer until ctx ends, and returns
@@ -120,7 +118,6 @@ type waiter struct {
 	cancel  context.CancelFunc
 	sub     *subscription
 	eventID string
-	dup     bool // JetStream dropped the publish as a duplicate
 
 	pending uint64 // messages left on the subscription after the last one read
 	widened bool   // the subscription reads every workflow's results
@@ -141,7 +138,7 @@ func (c *Client) submit(ctx context.Context, in wire.Intent) (*waiter, error) {
 		return nil, ErrClosed
 	}
 	sctx, cancel := c.scope(ctx)
-	sub, err := c.subscribe(sctx, wire.ResultSubject(in.WorkflowID), time.Time{})
+	sub, err := c.subscribe(sctx, c.ResultSubject(in.WorkflowID), time.Time{})
 	if err != nil {
 		cancel()
 		if sctx.Err() != nil {
@@ -149,7 +146,7 @@ func (c *Client) submit(ctx context.Context, in wire.Intent) (*waiter, error) {
 		}
 		return nil, err
 	}
-	dup, err := c.publish(sctx, in, data, "")
+	err = c.publish(sctx, in, data, "")
 	if err != nil {
 		sub.stop()
 		cancel()
@@ -158,7 +155,7 @@ func (c *Client) submit(ctx context.Context, in wire.Intent) (*waiter, error) {
 		}
 		return nil, err
 	}
-	return &waiter{c: c, user: ctx, ctx: sctx, cancel: cancel, sub: sub, eventID: in.EventID, dup: dup,
+	return &waiter{c: c, user: ctx, ctx: sctx, cancel: cancel, sub: sub, eventID: in.EventID,
 		best: map[string]Result{}, own: map[string]bool{}}, nil
 }
 
@@ -196,7 +193,7 @@ func (w *waiter) answer() (Answer, error) {
 			return Answer{}, fmt.Errorf("client: answer to %s: %w", wire.Clip(w.eventID), err)
 		}
 		if ok && r.EventID == w.eventID {
-			return Answer{Result: r, PublishDuplicate: w.dup}, nil
+			return Answer{Result: r}, nil
 		}
 	}
 }
@@ -228,7 +225,8 @@ func (w *waiter) follow(ans Result) (Result, error) {
 // At) and the NATS server's (stream times) when widening.
 const clockSlack = time.Minute
 
-// widen replaces the subscription with one on every workflow's results,
+// widen replaces the subscription with one on every workflow's results of
+// the tenant,
 // starting shortly before cur's time: results newer than cur describe later
 // changes, so they were published after it. If that subscription cannot be
 // made (no permission, say), the current one stays.
@@ -238,7 +236,7 @@ func (w *waiter) widen(cur Result) {
 	if !cur.At.IsZero() && cur.At.Before(start) {
 		start = cur.At
 	}
-	sub, err := w.c.subscribe(w.ctx, wire.ResultSubjectPrefix+">", start.Add(-clockSlack))
+	sub, err := w.c.subscribe(w.ctx, w.c.AllResults(), start.Add(-clockSlack))
 	if err != nil {
 		return
 	}

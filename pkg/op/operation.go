@@ -8,7 +8,10 @@ import (
 // Operation is the envelope of one logical action: the unit of execution that
 // the ledger tracks independently of any model turn.
 type Operation struct {
-	ID             string          `json:"operation_id"`
+	ID string `json:"operation_id"`
+	// Tenant is the namespace the operation belongs to ("default" unless
+	// the intent came in on a tenant's subject).
+	Tenant         string          `json:"tenant,omitempty"`
 	WorkflowID     string          `json:"workflow_id"`
 	RunID          string          `json:"run_id,omitempty"`
 	Tool           string          `json:"tool"`

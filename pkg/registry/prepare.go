@@ -1,20 +1,25 @@
 package registry
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strconv"
 
 	"github.com/opledger/opledger/pkg/canon"
 	"github.com/opledger/opledger/pkg/op"
+	"github.com/opledger/opledger/pkg/wire"
 )
 
 // Proposal is what a model (or a webhook, or an operator) asks for.
 type Proposal struct {
 	WorkflowID string
-	RunID      string
-	Intent     string // optional; the tool's intent when empty
-	TraceID    string
+	// Tenant the operation belongs to; its key, entity id and dedupe key
+	// are scoped by it ("" or "default": unscoped).
+	Tenant  string
+	RunID   string
+	Intent  string // optional; the tool's intent when empty
+	TraceID string
 	// Args is the raw JSON arguments object.
 	Args []byte
 }
@@ -64,8 +69,20 @@ func (t *Tool) Prepare(p Proposal) (*Prepared, error) {
 	} else if key, err = t.Key(args); err != nil {
 		return nil, err
 	}
+	scope := func(id string) string { return canon.CapKey(wire.TenantScope(p.Tenant, id)) }
+	if key != "" {
+		key = scope(key)
+	}
+	if ev != nil {
+		keyFor := ev.Key
+		ev.Action = scope(ev.Action)
+		ev.Key = func(v int64) (string, error) {
+			k, err := keyFor(v)
+			return scope(k), err
+		}
+	}
 	o := &op.Operation{
-		ID: op.NewID("op"), WorkflowID: p.WorkflowID, RunID: p.RunID, Tool: t.Name, ToolVersion: t.Version,
+		ID: op.NewID("op"), Tenant: cmp.Or(p.Tenant, wire.DefaultTenant), WorkflowID: p.WorkflowID, RunID: p.RunID, Tool: t.Name, ToolVersion: t.Version,
 		Intent: t.Intent, EntityType: t.EntityType, Args: args.JSON, ArgsHash: args.Hash, Class: t.Class,
 		IdempotencyKey: key, State: op.StatePlanned, TraceID: p.TraceID,
 	}
@@ -76,6 +93,7 @@ func (t *Tool) Prepare(p Proposal) (*Prepared, error) {
 		if o.EntityID, err = t.entityID.Expand(args); err != nil {
 			return nil, fmt.Errorf("tool %s: entity id: %w", t.Name, err)
 		}
+		o.EntityID = scope(o.EntityID)
 	}
 	pr := &Prepared{Operation: o, Initial: op.EventEnqueue, Args: args, EntityVersion: ev}
 	if ev != nil {
@@ -88,6 +106,7 @@ func (t *Tool) Prepare(p Proposal) (*Prepared, error) {
 		if pr.DedupeKey, err = t.Dedupe.key.Render(args, t.Version); err != nil {
 			return nil, fmt.Errorf("tool %s: dedupe key: %w", t.Name, err)
 		}
+		pr.DedupeKey = scope(pr.DedupeKey)
 	}
 	return pr, nil
 }

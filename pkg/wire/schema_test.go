@@ -355,19 +355,19 @@ func TestClientIntentValidates(t *testing.T) {
 			Actor: &wire.Actor{Type: "agent", ID: "support-bot"}, Correlation: map[string]string{"conversation_id": "conv_2"},
 		},
 	} {
-		_, err := cl.Publish(ctx, in, tp)
+		err := cl.Publish(ctx, in, tp)
 		require.NoError(t, err)
 		subject := wire.IntentSubject(in.WorkflowID)
 		msg, err := stream.GetLastMsgForSubject(ctx, subject)
 		require.NoError(t, err)
 
 		require.NoError(t, ws.validate(t, "intent.v1.json", msg.Data), "schema rejects the client's intent %s", msg.Data)
-		require.Equal(t, in.EventID, msg.Header.Get(wire.HeaderMsgID))
+		require.Empty(t, msg.Header.Get(wire.HeaderMsgID), "no stream-wide dedupe id that another tenant could take")
 		require.Equal(t, tp, msg.Header.Get(wire.HeaderTraceparent))
 
 		got, err := wire.DecodeIntent(msg.Subject, msg.Header.Get(wire.HeaderMsgID), msg.Data)
 		require.NoError(t, err)
-		in.Spec = wire.SpecIntent
+		in.Spec, in.Tenant = wire.SpecIntent, wire.DefaultTenant
 		require.JSONEq(t, string(in.Args), string(got.Args))
 		got.Args, in.Args = nil, nil
 		require.Equal(t, in, *got)

@@ -81,6 +81,9 @@ type Intent struct {
 	// DedupeOverride runs the call despite its tool's semantic dedupe
 	// window, with a reason the ledger records.
 	DedupeOverride *Override `json:"dedupe_override,omitempty"`
+	// Tenant is taken from the subject the intent was published on, never
+	// from the body (see TenantIntentSubject).
+	Tenant string `json:"-"`
 }
 
 // Override is a recorded reason to set a rule aside.
@@ -153,8 +156,16 @@ func DecodeIntent(subject, msgID string, body []byte) (*Intent, error) {
 		return nil, fmt.Errorf("dedupe_override needs a reason of 1-200 printable characters: %w", op.ErrInvalid)
 	case len(in.Args) == 0 || in.Args[0] != '{':
 		return nil, fmt.Errorf("args must be a JSON object: %w", op.ErrInvalid)
-	case subject != "" && subject != IntentSubject(in.WorkflowID):
-		return nil, fmt.Errorf("published on %q but workflow_id says %q: %w", Clip(subject), Clip(in.WorkflowID), op.ErrInvalid)
+	}
+	in.Tenant = DefaultTenant
+	if subject != "" {
+		tenant, wf, ok := ParseIntentSubject(subject)
+		if !ok || wf != in.WorkflowID {
+			return nil, fmt.Errorf("published on %q but workflow_id says %q: %w", Clip(subject), Clip(in.WorkflowID), op.ErrInvalid)
+		}
+		in.Tenant = tenant
+	}
+	switch {
 	case msgID != "" && msgID != in.EventID:
 		return nil, fmt.Errorf("Nats-Msg-Id header differs from event_id: %w", op.ErrInvalid)
 	}
@@ -243,7 +254,9 @@ type Command struct {
 
 // Result is the normalized answer an agent receives on opledger.results.<workflow_id>.
 type Result struct {
-	Spec        string `json:"spec"`
+	Spec string `json:"spec"`
+	// Tenant is the operation's tenant; absent for the default tenant.
+	Tenant      string `json:"tenant,omitempty"`
 	OperationID string `json:"operation_id,omitempty"`
 	EventID     string `json:"event_id"`
 	WorkflowID  string `json:"workflow_id"`
@@ -271,11 +284,19 @@ type Result struct {
 func ResultFor(o *op.Operation, eventID string, d op.Decision) Result {
 	rec, msg := op.Advise(o)
 	return Result{
-		Spec: SpecResult, OperationID: o.ID, EventID: eventID, WorkflowID: o.WorkflowID, Tool: o.Tool,
+		Spec: SpecResult, Tenant: ResultTenant(o.Tenant), OperationID: o.ID, EventID: eventID, WorkflowID: o.WorkflowID, Tool: o.Tool,
 		Status: string(o.State), Version: o.Version, DedupeDecision: d, IdempotencyKey: o.IdempotencyKey,
 		Final: o.State.Terminal(), ExternalRequestID: o.ExternalRequestID, ExternalObjectID: o.ExternalObjectID,
 		RetryRecommendation: rec, SafeUserMessage: msg, AttemptCount: o.AttemptCount, At: o.UpdatedAt.UTC(),
 	}
+}
+
+// ResultTenant is what results say of a tenant: nothing for the default one.
+func ResultTenant(t string) string {
+	if t == DefaultTenant {
+		return ""
+	}
+	return t
 }
 
 // Rejection builds the result for an intent that created nothing.

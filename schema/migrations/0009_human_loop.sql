@@ -55,3 +55,8 @@ CREATE INDEX operations_external_object_idx ON operations (external_object_id) W
 -- Entity leases are released by the transition that ends an operation's
 -- time in flight, found by operation.
 CREATE INDEX entity_leases_operation_idx ON entity_leases (operation_id);
+
+-- Tenants: every operation belongs to one. Its keys, entity ids and dedupe
+-- keys carry the tenant as a prefix (the default tenant's carry none), so
+-- the existing unique key is already per tenant.
+ALTER TABLE operations ADD COLUMN tenant text NOT NULL DEFAULT 'default';
