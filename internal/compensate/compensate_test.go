@@ -106,7 +106,7 @@ func TestRequestCreatesOneRefund(t *testing.T) {
 	require.Equal(t, "refund_payment", comp.Tool)
 	require.Equal(t, op.StateAwaitingApproval, comp.State)
 	require.Equal(t, orig.ID, comp.CompensatesID)
-	require.JSONEq(t, fmt.Sprintf(`{"charge_id":%q,"amount_cents":4900,"reason":%q}`, orig.ExternalObjectID, orig.ID), string(comp.Args))
+	require.JSONEq(t, fmt.Sprintf(`{"charge_id":%q,"customer_id":"cust_1","amount_cents":4900,"reason":%q}`, orig.ExternalObjectID, orig.ID), string(comp.Args))
 	require.Empty(t, b.OutboxOf(t, comp.ID), "no dispatch before approval")
 
 	afterFirst := b.Operation(t, orig.ID)

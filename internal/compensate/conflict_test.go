@@ -20,7 +20,7 @@ func TestRequestRefusesAnotherOperationsKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	capture := b.completedCapture(t, "order_c1")
-	args, err := json.Marshal(map[string]any{"charge_id": capture.ExternalObjectID, "amount_cents": 4900, "reason": "customer asked"})
+	args, err := json.Marshal(map[string]any{"charge_id": capture.ExternalObjectID, "customer_id": "cust_1", "amount_cents": 4900, "reason": "customer asked"})
 	require.NoError(t, err)
 	b.Submit(t, wire.Intent{EventID: "evt_agent_refund", WorkflowID: "wf_1", Tool: "refund_payment", Args: args})
 

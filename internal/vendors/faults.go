@@ -26,6 +26,11 @@ const (
 	FaultError500BeforeCommit FaultKind = "error_500_before_commit"
 	// FaultRateLimit answers 429 with Retry-After: 1, no effect.
 	FaultRateLimit FaultKind = "rate_limit"
+	// FaultClientError refuses the request for good: 400
+	// {"error":"invalid_request"}, no effect. It is the vendor saying the
+	// request as sent can never succeed (a closed queue, a field it will
+	// not take), which a client must not retry as it is.
+	FaultClientError FaultKind = "client_error"
 	// FaultResetAfterCommit performs the effect, then resets the TCP
 	// connection without a response.
 	FaultResetAfterCommit FaultKind = "reset_after_commit"
@@ -83,7 +88,7 @@ const HugeHeaderBytes = 2 << 20
 // FaultKinds lists every fault.
 var FaultKinds = []FaultKind{
 	FaultTimeoutAfterCommit, FaultTimeoutBeforeCommit, FaultError500AfterCommit,
-	FaultError500BeforeCommit, FaultRateLimit, FaultResetAfterCommit,
+	FaultError500BeforeCommit, FaultRateLimit, FaultClientError, FaultResetAfterCommit,
 	FaultMalformedAfterCommit, FaultLatency,
 	FaultNULIDAfterCommit, FaultHugeHeaderAfterCommit, FaultTruncatedBodyAfterCommit, FaultEndless,
 	FaultDelayedVisibility,

@@ -18,8 +18,11 @@
 //	                                 200 {"id":"pi_…","object":"payment_intent","status":"succeeded",…}
 //	GET  /v1/payment_intents?idempotency_key=K
 //	                                 200 intent | 404 {"error":{"type":"invalid_request_error","code":"resource_missing",…}}
-//	POST /v1/refunds                 Idempotency-Key; {"charge_id"|"order_id","amount_cents"}
+//	POST /v1/refunds                 Idempotency-Key; {"charge_id"|"order_id","amount_cents","customer_id"?}
 //	GET  /v1/refunds?idempotency_key=K
+//	POST /v1/accounts/{account_id}/credits   Idempotency-Key; strict {"amount_cents","reason"};
+//	                                 201 {"id":"cr_…","status":"applied",…}
+//	GET  /v1/credits?idempotency_key=K
 //	POST /v1/messages                no idempotency; X-Client-Reference stored; 202 {"id":"msg_…","status":"queued"}
 //	GET  /v1/messages?client_reference=R     first message sent with R
 //	POST /v1/tickets                 Idempotency-Key; 201 {"id":"tk_…","status":"open"}
@@ -31,6 +34,7 @@
 //	GET  /_admin/effects?kind=K      EffectsByKey(K)
 //	GET  /_admin/effects?kind=K&by=A EffectsBy(K, A), e.g. kind=email&by=mailbox
 //	GET  /_admin/crm/{record_id}     CRMRecord: 200 {"id","version","fields"} | 404
+//	GET  /_admin/activity?customer=C Activities(C)
 //	POST /_admin/faults              {"route":"capture","fault":"timeout_after_commit","times":1,"delay_ms":0}
 //	DELETE /_admin/faults            ClearFaults
 //	POST /_admin/reset               Reset
@@ -66,6 +70,7 @@ const (
 	KindEmail         = "email"          // key: X-Client-Reference, else "to|template"
 	KindTicket        = "ticket"         // key: Idempotency-Key, else conversation_id
 	KindCRM           = "crm"            // key: Idempotency-Key, else record id; only writes that changed the record
+	KindCredit        = "credit"         // key: Idempotency-Key, else the account id
 )
 
 // Effect attributes, the second argument of EffectsBy: a request value that
@@ -98,6 +103,8 @@ const (
 	RouteAccount             = "account"               // GET  /v1/accounts/{account_id}
 	RouteCRM                 = "crm"                   // PUT  /v1/crm/records/{record_id}
 	RouteCRMGet              = "crm_get"               // GET  /v1/crm/records/{record_id}
+	RouteCredit              = "credit"                // POST /v1/accounts/{account_id}/credits
+	RouteCreditLookup        = "credit_lookup"         // GET  /v1/credits?idempotency_key=K
 	// RouteAny matches every route above.
 	RouteAny = "*"
 )
@@ -106,6 +113,7 @@ var routes = []string{
 	RouteCapture, RouteCaptureLookup, RoutePaymentIntent, RoutePaymentIntentLookup,
 	RouteRefund, RouteRefundLookup, RouteEmail, RouteEmailLookup,
 	RouteTicket, RouteTicketLookup, RouteAccount, RouteCRM, RouteCRMGet,
+	RouteCredit, RouteCreditLookup,
 }
 
 // Options configures Start. The zero value is a silent, instant server on a
@@ -233,8 +241,8 @@ func (s *Server) EffectsBy(kind, attr string) map[string]int {
 }
 
 // Stats counts what the server did. Captures, PaymentIntents, Refunds,
-// Emails, Tickets and CRMWrites are side effects really performed; replays
-// and refusals are not.
+// Emails, Tickets, CRMWrites and Credits are side effects really performed;
+// replays and refusals are not.
 type Stats struct {
 	Captures       int `json:"captures"`
 	PaymentIntents int `json:"payment_intents"`
@@ -242,6 +250,7 @@ type Stats struct {
 	Emails         int `json:"emails"`
 	Tickets        int `json:"tickets"`
 	CRMWrites      int `json:"crm_writes"`
+	Credits        int `json:"credits"`
 	// AccountReads counts successful account reads (no side effect).
 	AccountReads int `json:"account_reads"`
 	// Replays counts answers served from an idempotency key's stored response.
@@ -250,7 +259,8 @@ type Stats struct {
 	// different request (422; 400 on payment intents).
 	Conflicts int `json:"conflicts"`
 	// Unkeyed counts effects performed for requests without an Idempotency-Key
-	// on routes that accept one (payments, payment intents, tickets, CRM).
+	// on routes that accept one (payments, payment intents, tickets, CRM,
+	// credits).
 	Unkeyed int `json:"unkeyed"`
 	// FaultsFired counts injected faults that were applied.
 	FaultsFired int `json:"faults_fired"`
@@ -277,6 +287,10 @@ type state struct {
 	messageByRef   map[string][]*message // every message per X-Client-Reference, oldest first
 	tickets        map[string]*ticket
 	records        map[string]*record
+	credits        map[string]*credit
+	// activities are the customer requests answered so far (Activities),
+	// oldest first, at most maxActivities.
+	activities []Activity
 }
 
 func newState() *state {
@@ -293,6 +307,7 @@ func newState() *state {
 		messageByRef:   map[string][]*message{},
 		tickets:        map[string]*ticket{},
 		records:        map[string]*record{},
+		credits:        map[string]*credit{},
 	}
 }
 
@@ -345,6 +360,8 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/accounts/{account_id}", s.endpoint(RouteAccount, s.account))
 	mux.Handle("PUT /v1/crm/records/{record_id}", s.endpoint(RouteCRM, s.crmPut))
 	mux.Handle("GET /v1/crm/records/{record_id}", s.endpoint(RouteCRMGet, s.crmGet))
+	mux.Handle("POST /v1/accounts/{account_id}/credits", s.endpoint(RouteCredit, s.credit))
+	mux.Handle("GET /v1/credits", s.endpoint(RouteCreditLookup, s.creditLookup))
 
 	mux.HandleFunc("GET /_admin/stats", func(w http.ResponseWriter, _ *http.Request) {
 		writeResult(w, jsonResult(http.StatusOK, s.Stats()))
@@ -364,6 +381,9 @@ func (s *Server) routes() http.Handler {
 			return
 		}
 		writeResult(w, jsonResult(http.StatusOK, rec))
+	})
+	mux.HandleFunc("GET /_admin/activity", func(w http.ResponseWriter, r *http.Request) {
+		writeResult(w, jsonResult(http.StatusOK, s.Activities(r.URL.Query().Get("customer"))))
 	})
 	mux.HandleFunc("POST /_admin/faults", s.adminFault)
 	mux.HandleFunc("DELETE /_admin/faults", func(w http.ResponseWriter, _ *http.Request) {
@@ -425,6 +445,17 @@ func (s *Server) endpoint(route string, h func(r call) result) http.Handler {
 			resetConn(w) // the client went away mid-body: nothing to answer
 			return
 		}
+		if customer := customerOf(route, r, body); customer != "" {
+			// From here until the answer is written (or the connection
+			// dropped), the vendor is busy with this customer.
+			a := Activity{Route: route, Customer: customer, IdempotencyKey: r.Header.Get("Idempotency-Key"), Start: time.Now()}
+			defer func() {
+				a.End = time.Now()
+				s.mu.Lock()
+				s.st.addActivity(a)
+				s.mu.Unlock()
+			}()
+		}
 		delay := s.opts.Latency
 		if f.Kind == FaultLatency {
 			delay += f.Delay
@@ -444,6 +475,9 @@ func (s *Server) endpoint(route string, h func(r call) result) http.Handler {
 		case FaultRateLimit:
 			w.Header().Set("Retry-After", "1")
 			writeResult(w, errorResult(http.StatusTooManyRequests, "rate_limited"))
+			return
+		case FaultClientError:
+			writeResult(w, errorResult(http.StatusBadRequest, "invalid_request"))
 			return
 		case FaultEndless:
 			s.hold(r)

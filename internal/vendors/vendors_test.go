@@ -286,6 +286,7 @@ func TestFaults(t *testing.T) {
 		{vendors.FaultError500AfterCommit, http.StatusInternalServerError, 1},
 		{vendors.FaultError500BeforeCommit, http.StatusInternalServerError, 0},
 		{vendors.FaultRateLimit, http.StatusTooManyRequests, 0},
+		{vendors.FaultClientError, http.StatusBadRequest, 0},
 		{vendors.FaultResetAfterCommit, 0, 1},
 		{vendors.FaultMalformedAfterCommit, http.StatusOK, 1},
 		{vendors.FaultLatency, http.StatusOK, 1},
@@ -322,6 +323,8 @@ func TestFaults(t *testing.T) {
 			switch tc.fault {
 			case vendors.FaultRateLimit:
 				require.Equal(t, "1", rep.header.Get("Retry-After"))
+			case vendors.FaultClientError:
+				require.Equal(t, "invalid_request", rep.body["error"])
 			case vendors.FaultMalformedAfterCommit:
 				require.False(t, json.Valid([]byte(rep.raw)))
 			}

@@ -35,7 +35,7 @@ func loadExample(t *testing.T) *registry.Registry {
 func TestExampleRegistryLoads(t *testing.T) {
 	t.Parallel()
 	reg := loadExample(t)
-	require.Equal(t, []string{"capture_payment", "create_payment_intent", "create_ticket", "get_account_status", "refund_payment", "send_email", "update_crm_record"}, reg.Names())
+	require.Equal(t, []string{"capture_payment", "create_payment_intent", "create_ticket", "credit_account", "get_account_status", "refund_payment", "send_email", "update_crm_record"}, reg.Names())
 	capture, err := reg.Tool("capture_payment")
 	require.NoError(t, err)
 	require.Equal(t, op.ClassExternalIrreversible, capture.Class)
@@ -43,6 +43,21 @@ func TestExampleRegistryLoads(t *testing.T) {
 	require.True(t, capture.Adapter.VendorIdempotency)
 	require.NotNil(t, capture.Adapter.HTTP.Lookup)
 	require.Equal(t, "refund_payment", capture.Compensation.Tool)
+	// A refund and an account credit hold one lease: the customer's.
+	for tool, args := range map[string]string{
+		"refund_payment": `{"charge_id":"ch_1","customer_id":"cust_1","amount_cents":5}`,
+		"credit_account": `{"customer_id":"cust_1","offer_id":"offer_1","amount_cents":5}`,
+	} {
+		tl, err := reg.Tool(tool)
+		require.NoError(t, err)
+		require.True(t, tl.Lease.Required, tool)
+		p, err := tl.Prepare(registry.Proposal{WorkflowID: "wf", Args: []byte(args)})
+		require.NoError(t, err, tool)
+		require.Equal(t, [2]string{"customer", "cust_1"}, [2]string{p.Operation.EntityType, p.Operation.EntityID}, tool)
+	}
+	refund, _ := reg.Tool("refund_payment")
+	require.Equal(t, []registry.Guard{{Kind: registry.GuardTotalAtMost, Scope: "charge_id", Field: "amount_cents",
+		LimitTool: "capture_payment", LimitField: "amount_cents"}}, refund.Guards)
 	email, err := reg.Tool("send_email")
 	require.NoError(t, err)
 	require.False(t, email.Adapter.VendorIdempotency)
@@ -111,7 +126,7 @@ func TestApprovalRules(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, op.EventEnqueue, small.Initial)
 	refund, _ := reg.Tool("refund_payment")
-	r, err := refund.Prepare(registry.Proposal{WorkflowID: "wf", Args: []byte(`{"charge_id":"ch_1","amount_cents":5}`)})
+	r, err := refund.Prepare(registry.Proposal{WorkflowID: "wf", Args: []byte(`{"charge_id":"ch_1","customer_id":"cust_1","amount_cents":5}`)})
 	require.NoError(t, err)
 	require.Equal(t, op.EventRequireApproval, r.Initial)
 }
@@ -199,7 +214,7 @@ func TestExampleLookupStatusValues(t *testing.T) {
 	t.Parallel()
 	reg := loadExample(t)
 	for tool, succeeded := range map[string][]string{
-		"capture_payment": {"succeeded"}, "refund_payment": {"succeeded"},
+		"capture_payment": {"succeeded"}, "refund_payment": {"succeeded"}, "credit_account": {"applied"},
 		"send_email": {"queued", "delivered"}, "create_ticket": {"open"},
 	} {
 		tl, err := reg.Tool(tool)
@@ -252,7 +267,8 @@ func TestExampleLookupsAgainstVendors(t *testing.T) {
 		return lr
 	}
 	ch := run("capture_payment", `{"order_id":"o1","customer_id":"c1","amount_cents":4900,"currency":"USD"}`)
-	run("refund_payment", `{"charge_id":"`+ch.ExternalObjectID+`","amount_cents":100}`)
+	run("refund_payment", `{"charge_id":"`+ch.ExternalObjectID+`","customer_id":"c1","amount_cents":100}`)
+	run("credit_account", `{"customer_id":"c1","offer_id":"winback_1","amount_cents":500,"reason":"stay with us"}`)
 	run("send_email", `{"to":"a@example.com","template":"payment_receipt","reference":"o1"}`)
 	run("create_ticket", `{"conversation_id":"conv1","queue":"billing","summary":"refund please"}`)
 }
