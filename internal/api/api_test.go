@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -127,7 +128,7 @@ func (b *bundle) propose(t *testing.T, eventID, tool, args string) client.Result
 func (b *bundle) bigCapture(t *testing.T, order string) string {
 	t.Helper()
 	res := b.propose(t, "conv_ops:"+order, "capture_payment",
-		fmt.Sprintf(`{"order_id":%q,"customer_id":"cust_1","amount_cents":2000000,"currency":"USD"}`, order))
+		fmt.Sprintf(`{"order_id":%q,"customer_id":"cust_<1>&co","amount_cents":2000000,"currency":"USD"}`, order))
 	require.Equal(t, string(op.StateAwaitingApproval), string(res.Status))
 	return res.OperationID
 }
@@ -237,6 +238,12 @@ func TestApproveDualControl(t *testing.T) {
 
 	d := b.show(t, "alice", id)
 	hash := d.Operation.ArgsHash
+	// What the approver is shown is what the hash covers: the canonical
+	// arguments, byte for byte once the indentation is taken out.
+	var compact bytes.Buffer
+	require.NoError(t, json.Compact(&compact, d.Operation.Args))
+	require.Contains(t, compact.String(), `"customer_id":"cust_<1>&co"`)
+	require.Equal(t, hash, fmt.Sprintf("%x", sha256.Sum256(compact.Bytes())))
 	require.Equal(t, "agent-7", d.Operation.ProposedBy)
 	require.NotNil(t, d.Approval)
 	require.Equal(t, 2, d.Approval.Required)
@@ -289,7 +296,7 @@ func TestApproveDualControl(t *testing.T) {
 	}
 
 	// The agent asking again learns it completed.
-	res := b.propose(t, "conv_ops:order_dual:again", "capture_payment", `{"order_id":"order_dual","customer_id":"cust_1","amount_cents":2000000,"currency":"USD"}`)
+	res := b.propose(t, "conv_ops:order_dual:again", "capture_payment", `{"order_id":"order_dual","customer_id":"cust_<1>&co","amount_cents":2000000,"currency":"USD"}`)
 	require.Equal(t, op.DecisionDuplicateOperation, res.DedupeDecision)
 	require.Equal(t, string(op.StateCompletedSuccess), string(res.Status))
 }
@@ -427,7 +434,7 @@ func TestDenyAndCancel(t *testing.T) {
 	require.Contains(t, string(last.Detail), "customer withdrew the order")
 
 	// The agent asking again learns it was rejected.
-	res := b.propose(t, "conv_ops:order_deny:again", "capture_payment", `{"order_id":"order_deny","customer_id":"cust_1","amount_cents":2000000,"currency":"USD"}`)
+	res := b.propose(t, "conv_ops:order_deny:again", "capture_payment", `{"order_id":"order_deny","customer_id":"cust_<1>&co","amount_cents":2000000,"currency":"USD"}`)
 	require.Equal(t, string(op.StateRejected), string(res.Status))
 	require.Zero(t, b.d.Vendors.Stats().Captures)
 }
