@@ -169,7 +169,14 @@ func (a *API) serve(h handler) http.Handler {
 func (a *API) authenticate(r *http.Request) (ops.Actor, error) {
 	refuse := func(reason, why string) (ops.Actor, error) {
 		a.unauthorized.WithLabelValues(reason).Inc()
-		a.cfg.Log.Warn().Str("reason", reason).Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Msg("api: request refused before authentication")
+		// A token that was offered and refused is worth a warning; a request
+		// without one (a probe, a scanner) or to a process without tokens
+		// (warned about at start) is counted only.
+		ev := a.cfg.Log.Warn()
+		if reason == "missing" || reason == "not_configured" {
+			ev = a.cfg.Log.Debug()
+		}
+		ev.Str("reason", reason).Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Msg("api: request refused before authentication")
 		if reason == "not_configured" {
 			return ops.Actor{}, errNoTokens
 		}
