@@ -4,9 +4,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/opledger/opledger/internal/app"
 	"io"
+	"net"
 	"strings"
+
+	"github.com/opledger/opledger/internal/api"
+	"github.com/opledger/opledger/internal/app"
+	"github.com/opledger/opledger/internal/ops"
 )
 
 // runDev is "opledger dev": everything in one process until interrupted.
@@ -15,12 +19,34 @@ func runDev(ctx context.Context, args []string, env func(string) (string, bool),
 	fs.SetOutput(stderr)
 	f := newStackFlags(fs, env, "info")
 	f.cfg.Infra.Durable = true
-	fs.StringVar(&f.cfg.HTTPAddr, "http", "127.0.0.1:8480", "address for /metrics, /healthz, /readyz and /v1/operations/{id}")
+	fs.StringVar(&f.cfg.HTTPAddr, "http", "127.0.0.1:8480", "loopback address for /metrics, /healthz, /readyz and the operators' API")
 	fs.IntVar(&f.cfg.Services.Dispatchers, "dispatchers", 3, "dispatcher instances")
+	tokensFile := getenv(env, "OPLEDGER_API_TOKENS")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if !loopbackAddr(f.cfg.HTTPAddr) {
+		// dev prints an admin token: its API stays on this machine.
+		fmt.Fprintf(stderr, "opledger dev: -http must be a loopback address (127.0.0.1:PORT, [::1]:PORT, localhost:PORT), got %q\n", f.cfg.HTTPAddr)
+		return errUsage
+	}
 	if err := f.logger(stderr); err != nil {
+		return err
+	}
+	// The tokens file's actors, if one is named, and a dev token (admin)
+	// that lives as long as this process.
+	var entries []api.TokenEntry
+	if tokensFile != "" {
+		var err error
+		if entries, err = api.ReadTokens(tokensFile); err != nil {
+			return err
+		}
+	}
+	devToken, devEntry, err := api.GenerateToken("dev", ops.RoleAdmin)
+	if err != nil {
+		return err
+	}
+	if f.cfg.APITokens, err = api.NewTokens(append(entries, devEntry)); err != nil {
 		return err
 	}
 	d, err := app.StartStack(ctx, f.cfg)
@@ -35,10 +61,22 @@ func runDev(ctx context.Context, args []string, env func(string) (string, bool),
 	fmt.Fprintf(stdout, "  vendors: local stand-ins at %s (stats: %s/_admin/stats)\n", d.Vendors.URL(), d.Vendors.URL())
 	if d.HTTP != nil {
 		u := d.HTTP.URL()
-		fmt.Fprintf(stdout, "  http: %s/metrics  %s/healthz  %s/readyz  %s/v1/operations/{id}\n", u, u, u, u)
+		fmt.Fprintf(stdout, "  http: %s/metrics  %s/healthz  %s/readyz\n", u, u, u)
+		fmt.Fprintf(stdout, "  api: %s/v1/operations (OpenAPI: %s/v1/openapi.yaml); dev token, admin, valid until dev stops:\n", u, u)
+		fmt.Fprintf(stdout, "       export OPLEDGER_API_URL=%s OPLEDGER_API_TOKEN=%s\n", u, devToken)
+		fmt.Fprintf(stdout, "       then: go run ./cmd/opledger ops list\n")
+		if tokensFile != "" {
+			fmt.Fprintf(stdout, "       also accepted: the %d tokens of %s\n", len(entries), tokensFile)
+		}
 	}
 	fmt.Fprintf(stdout, "  tools: %s\n", strings.Join(d.Registry.Names(), ", "))
 	fmt.Fprintf(stdout, "  publish intents to opledger.intents.<workflow_id> (Nats-Msg-Id = event_id); results on opledger.results.<workflow_id>; see docs/protocol.md\n")
 	<-ctx.Done()
 	return nil
+}
+
+// loopbackAddr reports whether addr (host:port) listens on loopback only.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && loopback(host)
 }

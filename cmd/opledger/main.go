@@ -1,7 +1,8 @@
 // Command opledger runs opledger: the whole system in one process on embedded
 // defaults (dev), the 2:13 a.m. incident (demo), the end-to-end benchmark
-// (bench), the fault-injection evaluation (eval), migrations (migrate) and
-// the local stand-in vendors (vendors).
+// (bench), the fault-injection evaluation (eval), migrations (migrate), the
+// local stand-in vendors (vendors), and the operators' human loop (ops, a
+// client of the HTTP API, and token, which makes its tokens).
 // The services also run one per process: see services/.
 package main
 
@@ -28,6 +29,9 @@ commands:
   migrate   apply the schema migrations to DATABASE_URL
   vendors   serve the local stand-in vendors (payments, email, tickets, crm, accounts)
   probe     GET a URL and exit 0 on 2xx (a healthcheck for containers without curl)
+  ops       the human loop over the API: list, show, approve, deny, resolve, cancel,
+            compensate operations ("opledger ops -h")
+  token     make an API token for an actor and role, and its line for the tokens file
 
 Run "opledger <command> -h" for the flags of a command.
 `
@@ -46,7 +50,7 @@ func run(args []string, env func(string) (string, bool), stdout, stderr io.Write
 		return 2
 	}
 	commands := map[string]command{"dev": runDev, "demo": runDemo, "bench": runBench, "eval": runEval, "migrate": runMigrate,
-		"vendors": runVendors, "probe": runProbe,
+		"vendors": runVendors, "probe": runProbe, "ops": runOps, "token": runToken,
 		"service": runService} // service is hidden: eval -kill runs one service per process with it
 	switch args[0] {
 	case "-h", "--help", "help":

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,9 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/opledger/opledger/internal/store"
-	"github.com/opledger/opledger/pkg/op"
 )
 
 // Check is one readiness check's verdict.
@@ -32,15 +28,14 @@ type HTTPConfig struct {
 	Gatherer prometheus.Gatherer
 	// Ready runs the readiness checks of GET /readyz; nil is always ready.
 	Ready func(ctx context.Context) []Check
-	// Store, when set, serves GET /v1/operations/{id}.
-	Store *store.Store
-	// Routes, when set, adds routes to the mux.
+	// Routes, when set, adds routes to the mux: the operators' API
+	// (internal/api) and, in a stack, the local vendors' statistics.
 	Routes func(*http.ServeMux)
 }
 
 // HTTPServer serves /metrics, /healthz (liveness: the process answers),
 // /readyz (every readiness check passes; 503 with the failing checks
-// otherwise) and, when configured, the operations API.
+// otherwise) and, when configured, the operators' API.
 type HTTPServer struct {
 	srv *http.Server
 	url string
@@ -76,9 +71,6 @@ func ServeHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 		}
 		writeJSON(w, status, map[string]any{"ready": ready, "checks": checks})
 	})
-	if cfg.Store != nil {
-		mux.HandleFunc("GET /v1/operations/{id}", operationHandler(cfg.Store))
-	}
 	if cfg.Routes != nil {
 		cfg.Routes(mux)
 	}
@@ -92,36 +84,6 @@ func (s *HTTPServer) URL() string { return s.url }
 
 // Close stops serving.
 func (s *HTTPServer) Close() { _ = s.srv.Close() }
-
-// operationView is what GET /v1/operations/{id} returns.
-type operationView struct {
-	Operation *op.Operation    `json:"operation"`
-	Events    []op.EventRecord `json:"events"`
-	Attempts  []*op.Attempt    `json:"attempts"`
-}
-
-func operationHandler(st *store.Store) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		id := r.PathValue("id")
-		o, err := st.Operation(r.Context(), id)
-		if errors.Is(err, op.ErrNotFound) {
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such operation"})
-			return
-		} else if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "ledger unavailable"})
-			return
-		}
-		v := operationView{Operation: o}
-		if v.Events, err = st.Events(r.Context(), id); err == nil {
-			v.Attempts, err = st.Attempts(r.Context(), id)
-		}
-		if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "ledger unavailable"})
-			return
-		}
-		writeJSON(w, http.StatusOK, v)
-	}
-}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
+	"github.com/opledger/opledger/internal/api"
+	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/schema"
 )
@@ -34,8 +36,12 @@ type ServiceConfig struct {
 	Migrate     bool
 	LogLevel    string
 	LogFormat   string
-	// HTTPAddr serves /metrics, /healthz and /readyz.
+	// HTTPAddr serves /metrics, /healthz and /readyz, and for planner-ingest
+	// the operators' API (internal/api).
 	HTTPAddr string
+	// APITokens is the path of the API's tokens file (planner-ingest only);
+	// without it the API's routes answer 503.
+	APITokens string
 	// ConnectTimeout bounds how long start-up waits for Postgres and NATS.
 	ConnectTimeout time.Duration
 	// Stderr receives the logs.
@@ -79,6 +85,7 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	fs.StringVar(&cfg.LogLevel, "log", env("OPLEDGER_LOG", "info"), "log level: trace, debug, info, warn, error, disabled [OPLEDGER_LOG]")
 	fs.StringVar(&cfg.LogFormat, "log-format", env("OPLEDGER_LOG_FORMAT", LogAuto), "log format: json, console, or auto (console on a terminal) [OPLEDGER_LOG_FORMAT]")
 	fs.StringVar(&cfg.HTTPAddr, "http", env("OPLEDGER_HTTP_ADDR", "127.0.0.1:0"), "address of /metrics, /healthz and /readyz; port 0 picks a free one, logged at start [OPLEDGER_HTTP_ADDR]")
+	fs.StringVar(&cfg.APITokens, "api-tokens", env("OPLEDGER_API_TOKENS", ""), "tokens file of the operators' API, which planner-ingest serves on -http; unset, the API answers 503 [OPLEDGER_API_TOKENS]")
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", time.Minute, "how long start-up waits for Postgres and NATS")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -99,7 +106,8 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 // RunService runs one service until ctx ends: it waits for Postgres and NATS
 // (retrying with backoff up to ConnectTimeout, each try logged), refuses a
 // database whose schema is not up to date unless Migrate is set, starts the
-// service and its outbox relays, and serves /metrics, /healthz and /readyz.
+// service and its outbox relays, and serves /metrics, /healthz and /readyz
+// (planner-ingest also the operators' API, behind cfg.APITokens).
 func RunService(ctx context.Context, cfg ServiceConfig) error {
 	if !slices.Contains(AllServices, cfg.Name) {
 		return fmt.Errorf("unknown service %q (have %v)", cfg.Name, AllServices)
@@ -116,6 +124,14 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	reg, err := LoadRegistry(cfg.Registry)
 	if err != nil {
 		return err
+	}
+	// planner-ingest serves the operators' API; a bad tokens file stops it
+	// here, before it waits for anything.
+	var tokens *api.Tokens
+	if cfg.Name == PlannerIngest && cfg.APITokens != "" {
+		if tokens, err = api.LoadTokens(cfg.APITokens); err != nil {
+			return err
+		}
 	}
 	if err := waitForDependencies(ctx, cfg, log); err != nil {
 		return err
@@ -136,7 +152,18 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 		return err
 	}
 	defer s.Stop()
-	h, err := ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: s.Ready})
+	hc := HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: s.Ready}
+	if cfg.Name == PlannerIngest {
+		a, err := api.New(api.Config{Ops: ops.New(s.Store, reg), Tokens: tokens, Registerer: promReg, Log: log})
+		if err != nil {
+			return err
+		}
+		hc.Routes = a.Mount
+		if tokens == nil {
+			log.Warn().Msg("no API tokens configured (OPLEDGER_API_TOKENS): the operators' API answers 503")
+		}
+	}
+	h, err := ServeHTTP(hc)
 	if err != nil {
 		return err
 	}

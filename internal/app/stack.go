@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
+	"github.com/opledger/opledger/internal/api"
+	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/vendors"
 	"github.com/opledger/opledger/pkg/registry"
@@ -25,9 +27,12 @@ type StackConfig struct {
 	// Registry says where the tool registry comes from; its vendors default
 	// to the stack's local stand-in vendors.
 	Registry RegistryConfig
-	// HTTPAddr serves /metrics, /healthz, /readyz, /v1/operations/{id} and
-	// /v1/vendors/stats ("" = no HTTP server).
+	// HTTPAddr serves /metrics, /healthz, /readyz, the operators' API
+	// (internal/api) and /v1/vendors/stats ("" = no HTTP server).
 	HTTPAddr string
+	// APITokens authenticate the operators' API and /v1/vendors/stats; nil
+	// answers them 503 "no API tokens configured".
+	APITokens *api.Tokens
 	// Services configures the services; DatabaseURL, NATSURL, Registry and
 	// Metrics are filled in.
 	Services ServicesConfig
@@ -82,11 +87,18 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 		return nil, err
 	}
 	if cfg.HTTPAddr != "" {
-		d.HTTP, err = ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: d.Services.Ready, Store: d.Services.Store,
+		a, err := api.New(api.Config{Ops: ops.New(d.Services.Store, d.Registry), Tokens: cfg.APITokens, Registerer: promReg,
+			Log: cfg.Log.With().Str("service", "api").Logger()})
+		if err != nil {
+			return nil, err
+		}
+		const stats = "GET /v1/vendors/stats"
+		d.HTTP, err = ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: d.Services.Ready,
 			Routes: func(mux *http.ServeMux) {
-				mux.HandleFunc("GET /v1/vendors/stats", func(w http.ResponseWriter, _ *http.Request) {
+				a.Mount(mux)
+				mux.Handle(stats, a.Authenticated(stats, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 					writeJSON(w, http.StatusOK, d.Vendors.Stats())
-				})
+				})))
 			}})
 		if err != nil {
 			return nil, err

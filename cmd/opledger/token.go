@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/opledger/opledger/internal/api"
+	"github.com/opledger/opledger/internal/ops"
+)
+
+// runToken is "opledger token": a new API token for an actor. It prints the
+// token once and the line to add to the tokens file, which keeps only the
+// token's SHA-256.
+func runToken(_ context.Context, args []string, _ func(string) (string, bool), stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("opledger token", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: opledger token -actor NAME -role viewer|approver|operator|admin\n\n"+
+			"Prints a new random API token, once, and the line to add to the tokens file that\n"+
+			"OPLEDGER_API_TOKENS names (it holds the token's SHA-256, never the token).")
+		fs.PrintDefaults()
+	}
+	actor := fs.String("actor", "", "who the token is for, as the audit trail will name them (letters, digits, . _ @ -)")
+	role := fs.String("role", "", "viewer (reads), approver (approves, denies), operator (resolves, cancels, compensates) or admin")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *actor == "" || !ops.ValidRole(ops.Role(*role)) {
+		fs.Usage()
+		return errUsage
+	}
+	token, entry, err := api.GenerateToken(*actor, ops.Role(*role))
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return errUsage
+	}
+	fmt.Fprintf(stdout, "token for %s (%s); it is shown this once, so hand it over now:\n\n  %s\n\n", entry.Actor, entry.Role, token)
+	fmt.Fprintf(stdout, "add this line to the tokens file ($OPLEDGER_API_TOKENS) and restart the API's process:\n\n%s\n", entry.Line())
+	return nil
+}

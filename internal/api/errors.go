@@ -1,0 +1,79 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/opledger/opledger/internal/ops"
+	"github.com/opledger/opledger/pkg/op"
+)
+
+// Errors of the HTTP layer itself, classified by the same table as the
+// human loop's.
+var (
+	// errUnauthenticated: no bearer token, a malformed one, or one that is
+	// not in the tokens file.
+	errUnauthenticated = errors.New("a valid bearer token is required")
+	// errTooLarge: the request body exceeds maxBody.
+	errTooLarge = errors.New("request body too large")
+	// errNoTokens: the process serves the API without a tokens file, so
+	// nobody can be authenticated.
+	errNoTokens = errors.New("no API tokens configured")
+)
+
+// Error codes, the "code" of every error body.
+const (
+	CodeInvalid         = "invalid"
+	CodeUnauthenticated = "unauthenticated"
+	CodeForbidden       = "forbidden"
+	CodeNotFound        = "not_found"
+	CodeConflict        = "conflict"
+	CodeState           = "invalid_state"
+	CodeTooLarge        = "too_large"
+	CodeUnavailable     = "unavailable"
+	CodeInternal        = "internal"
+)
+
+// classes is the one table from errors to statuses: the first row whose
+// sentinel the error matches (errors.Is) decides. An error matching none is
+// a 500 whose message says nothing about it (it is logged instead).
+var classes = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{errUnauthenticated, http.StatusUnauthorized, CodeUnauthenticated},
+	{errNoTokens, http.StatusServiceUnavailable, CodeUnavailable},
+	{errTooLarge, http.StatusRequestEntityTooLarge, CodeTooLarge},
+	{ops.ErrForbidden, http.StatusForbidden, CodeForbidden},
+	{op.ErrNotFound, http.StatusNotFound, CodeNotFound},
+	{ops.ErrState, http.StatusConflict, CodeState},
+	{op.ErrStale, http.StatusConflict, CodeState},
+	{op.ErrIllegalTransition, http.StatusConflict, CodeState},
+	{op.ErrConflict, http.StatusConflict, CodeConflict},
+	{op.ErrInvalid, http.StatusBadRequest, CodeInvalid},
+	{op.ErrRetryable, http.StatusServiceUnavailable, CodeUnavailable},
+}
+
+// classify returns the status, code and message of err. Only classified
+// errors show their text: they are written for people and hold nothing
+// secret (ids, states, hashes, the reason a request was refused).
+func classify(err error) (status int, code, message string) {
+	for _, c := range classes {
+		if errors.Is(err, c.err) {
+			return c.status, c.code, err.Error()
+		}
+	}
+	return http.StatusInternalServerError, CodeInternal, "internal error; the server's log has the details"
+}
+
+// ErrorBody is every error response: {"error": {"code", "message"}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail says what went wrong.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
