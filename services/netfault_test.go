@@ -1,0 +1,112 @@
+package services_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/opledger/opledger/internal/proctest"
+)
+
+// The network fault tests put a Toxiproxy on every link between the
+// services and Postgres, NATS and the vendors, and break the links while a
+// batch is in flight. No service is restarted: each must recover by itself.
+
+// TestNetworkPostgresLatencyAndTimeouts slows every Postgres round trip,
+// then, mid-batch, stalls every Postgres connection for three seconds and
+// has them closed after 1.5 s.
+func TestNetworkPostgresLatencyAndTimeouts(t *testing.T) {
+	t.Parallel()
+	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Proxies: true})
+	sys.AddToxic(proctest.LinkPostgres, proctest.Toxic{Name: "slow", Type: "latency", Attributes: map[string]any{"latency": 20, "jitter": 10}})
+	sys.PublishBatch(proctest.Batch{Prefix: "pt", Captures: 12, Emails: 8})
+	sys.WaitFor("the batch to be part-way through", time.Minute, func() bool { return sys.Count(`SELECT count(*) FROM attempts`) >= 3 })
+	sys.AddToxic(proctest.LinkPostgres, proctest.Toxic{Name: "stall", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 1500}})
+	time.Sleep(3 * time.Second) // the fault's duration is what is being tested
+	sys.RemoveToxic(proctest.LinkPostgres, "stall")
+	ops, took := sys.WaitSettled(settleTimeout)
+	t.Logf("settled %s after the stall", took.Round(time.Millisecond))
+	sys.CheckEffects(ops)
+	sys.CheckOutbox(5)
+	sys.CheckNoRestarts()
+}
+
+// TestNetworkPostgresOutage takes Postgres away for 10 s in the middle of a
+// batch: every connection is closed and new ones are refused.
+func TestNetworkPostgresOutage(t *testing.T) {
+	t.Parallel()
+	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Proxies: true})
+	sys.AddToxic(proctest.LinkVendor, proctest.Toxic{Name: "slow", Type: "latency", Attributes: map[string]any{"latency": 200}})
+	sys.PublishBatch(proctest.Batch{Prefix: "po", Captures: 12, Emails: 8})
+	sys.WaitFor("vendor calls in flight", time.Minute, func() bool {
+		return sys.Count(`SELECT count(*) FROM attempts WHERE finished_at IS NULL`) > 0
+	})
+	sys.CutLink(proctest.LinkPostgres)
+	time.Sleep(10 * time.Second) // the outage's duration is what is being tested
+	sys.RestoreLink(proctest.LinkPostgres)
+	ops, took := sys.WaitSettled(settleTimeout)
+	t.Logf("settled %s after Postgres came back", took.Round(time.Millisecond))
+	sys.CheckEffects(ops)
+	sys.CheckOutbox(5)
+	sys.CheckNoRestarts()
+}
+
+// TestNetworkVendorFaults slows the vendor link, then resets a share of its
+// connections after the vendor answered (the effect happened, the answer is
+// lost) and then has every vendor connection stall until the tool's
+// timeout, each for a few seconds of a batch.
+func TestNetworkVendorFaults(t *testing.T) {
+	t.Parallel()
+	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Proxies: true})
+	sys.AddToxic(proctest.LinkVendor, proctest.Toxic{Name: "slow", Type: "latency", Attributes: map[string]any{"latency": 100, "jitter": 50}})
+	sys.AddToxic(proctest.LinkVendor, proctest.Toxic{Name: "reset", Type: "reset_peer", Stream: "downstream", Toxicity: 0.4, Attributes: map[string]any{"timeout": 0}})
+	sent := proctest.Batch{Prefix: "vf", Captures: 12, Emails: 8}.Intents()
+	for _, in := range sent[:len(sent)/2] {
+		sys.PublishSent(in)
+	}
+	sys.WaitFor("unknown outcomes from reset connections", time.Minute, func() bool {
+		return sys.Count(`SELECT count(*) FROM operation_events WHERE to_state = 'unknown_outcome'`) >= 2
+	})
+	sys.RemoveToxic(proctest.LinkVendor, "reset")
+	sys.AddToxic(proctest.LinkVendor, proctest.Toxic{Name: "stall", Type: "timeout", Attributes: map[string]any{"timeout": 0}})
+	for _, in := range sent[len(sent)/2:] {
+		sys.PublishSent(in)
+	}
+	time.Sleep(3 * time.Second) // longer than the tools' 2 s timeout: calls time out
+	sys.RemoveToxic(proctest.LinkVendor, "stall")
+	ops, took := sys.WaitSettled(settleTimeout)
+	t.Logf("settled %s after the vendor link healed", took.Round(time.Millisecond))
+	sys.CheckEffects(ops)
+	sys.CheckOutbox(5)
+	sys.CheckNoRestarts()
+}
+
+// TestNetworkNATSLatencyResetAndRestart slows every NATS link, resets the
+// dispatchers' NATS connections once, and restarts the NATS server on its
+// store in the middle of a batch.
+func TestNetworkNATSLatencyResetAndRestart(t *testing.T) {
+	t.Parallel()
+	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Proxies: true})
+	for _, svc := range proctest.Services {
+		sys.AddToxic(proctest.LinkNATS(svc), proctest.Toxic{Name: "slow", Type: "latency", Attributes: map[string]any{"latency": 30, "jitter": 10}})
+	}
+	sent := proctest.Batch{Prefix: "nf", Captures: 12, Emails: 8}.Intents()
+	third := len(sent) / 3
+	for _, in := range sent[:third] {
+		sys.PublishSent(in)
+	}
+	sys.AddToxic(proctest.LinkNATS(proctest.Dispatcher), proctest.Toxic{Name: "reset", Type: "reset_peer", Attributes: map[string]any{"timeout": 500}})
+	for _, in := range sent[third : 2*third] {
+		sys.PublishSent(in)
+	}
+	time.Sleep(time.Second) // let the resets land
+	sys.RemoveToxic(proctest.LinkNATS(proctest.Dispatcher), "reset")
+	sys.RestartNATS(false, 2*time.Second)
+	for _, in := range sent[2*third:] {
+		sys.PublishSent(in)
+	}
+	ops, took := sys.WaitSettled(settleTimeout)
+	t.Logf("settled %s after the NATS restart", took.Round(time.Millisecond))
+	sys.CheckEffects(ops)
+	sys.CheckOutbox(10)
+	sys.CheckNoRestarts()
+}
