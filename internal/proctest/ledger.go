@@ -133,10 +133,17 @@ func (s *System) WaitSettled(timeout time.Duration) ([]*op.Operation, time.Durat
 	s.t.Helper()
 	began := time.Now()
 	deadline := began.Add(timeout)
+	nextLog := began.Add(15 * time.Second)
 	for {
 		p := s.Check()
 		if p.Done() {
 			return s.Operations(), time.Since(began)
+		}
+		if time.Now().After(nextLog) {
+			// A long wait says what it waits for, so that a slow recovery
+			// can be told from a stuck one in the test's log.
+			s.t.Logf("proctest: still waiting after %s: %s", time.Since(began).Round(time.Second), p)
+			nextLog = nextLog.Add(15 * time.Second)
 		}
 		if p.Parked > 0 || time.Now().After(deadline) {
 			s.t.Fatalf("proctest: the promise does not hold after %s: %s\n%s", time.Since(began).Round(time.Millisecond), p, s.Report(p))
@@ -166,7 +173,7 @@ func (s *System) Report(p Progress) string {
 		fmt.Fprintf(&b, "unanswered intent %s: %s\n", id, s.inboxRow(id))
 	}
 	if p.Parked > 0 {
-		b.WriteString(s.outboxRows(`parked_at IS NOT NULL`))
+		b.WriteString(s.OutboxRows(`parked_at IS NOT NULL`))
 	}
 	fmt.Fprintf(&b, "vendor stats: %+v\n", s.Vendors.Stats())
 	return b.String()
@@ -201,12 +208,13 @@ func (s *System) History(id string) string {
 			a.Number, a.ID, a.Worker, a.LeaseEpoch, a.StartedAt.Format("15:04:05.000"), a.DeadlineAt.Format("15:04:05.000"),
 			a.FinishedAt.Format("15:04:05.000"), a.Outcome, a.ErrorCategory, a.HTTPStatus, a.Error)
 	}
-	b.WriteString(s.outboxRows(`operation_id = '` + strings.ReplaceAll(id, "'", "''") + `'`))
+	b.WriteString(s.OutboxRows(`operation_id = '` + strings.ReplaceAll(id, "'", "''") + `'`))
 	return b.String()
 }
 
-// outboxRows describes the outbox rows matching where.
-func (s *System) outboxRows(where string) string {
+// OutboxRows describes the outbox rows matching a SQL condition, e.g.
+// "sent_at IS NULL", for failure messages.
+func (s *System) OutboxRows(where string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rows, err := s.DB.Query(ctx, `SELECT id, subject, msg_id, publish_count, publish_failures, sent_at IS NOT NULL, parked_at IS NOT NULL,
@@ -251,11 +259,11 @@ func (s *System) inboxRow(eventID string) string {
 func (s *System) CheckOutbox(maxPublishes int) {
 	s.t.Helper()
 	if n := s.Count(`SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL`); n > 0 {
-		s.t.Errorf("proctest: %d outbox rows parked:\n%s", n, s.outboxRows(`parked_at IS NOT NULL`))
+		s.t.Errorf("proctest: %d outbox rows parked:\n%s", n, s.OutboxRows(`parked_at IS NOT NULL`))
 	}
 	if n := s.Count(`SELECT coalesce(max(publish_count), 0) FROM outbox`); n > maxPublishes {
 		s.t.Errorf("proctest: an outbox row was published %d times (at most %d expected):\n%s", n, maxPublishes,
-			s.outboxRows(fmt.Sprintf(`publish_count > %d`, maxPublishes)))
+			s.OutboxRows(fmt.Sprintf(`publish_count > %d`, maxPublishes)))
 	}
 }
 
