@@ -110,3 +110,52 @@ func TestNetworkNATSLatencyResetAndRestart(t *testing.T) {
 	sys.CheckOutbox(10)
 	sys.CheckNoRestarts()
 }
+
+// TestPartitionedProcessHoldsNoOutbox cuts the dispatchers and the
+// compensator off from NATS while their Postgres link stays up: their
+// outbox relays still see every row (NOTIFY, polling) but cannot publish
+// it. Rows any process writes must not wait for a partitioned relay's
+// lease: the answers to a batch must reach the agent about as fast as
+// planner-ingest's own relay can publish them. The cut is either a closed
+// link (the NATS client knows at once) or a silent one (no data gets
+// through, nothing is closed: the client still thinks it is connected).
+func TestPartitionedProcessHoldsNoOutbox(t *testing.T) {
+	t.Parallel()
+	for _, silent := range []bool{false, true} {
+		name := map[bool]string{false: "closed", true: "silent"}[silent]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Proxies: true})
+			cut := []string{proctest.LinkNATS(proctest.Dispatcher), proctest.LinkNATS(proctest.Compensator)}
+			for _, link := range cut {
+				if silent {
+					sys.AddToxic(link, proctest.Toxic{Name: "blackhole", Type: "timeout", Stream: "downstream", Attributes: map[string]any{"timeout": 0}})
+				} else {
+					sys.CutLink(link)
+				}
+			}
+			sys.PublishBatch(proctest.Batch{Prefix: "pp", Captures: 10, Emails: 6})
+			began := time.Now()
+			for p := sys.Check(); len(p.Unanswered) > 0; p = sys.Check() {
+				if time.Since(began) > 10*time.Second {
+					t.Fatalf("%d intents unanswered after %s with the dispatchers cut off from NATS: %v\nunsent outbox rows:\n%s",
+						len(p.Unanswered), time.Since(began).Round(time.Millisecond), p.Unanswered, sys.OutboxRows("sent_at IS NULL"))
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Logf("answered in %s", time.Since(began).Round(time.Millisecond))
+			for _, link := range cut {
+				if silent {
+					sys.RemoveToxic(link, "blackhole")
+				} else {
+					sys.RestoreLink(link)
+				}
+			}
+			ops, took := sys.WaitSettled(settleTimeout)
+			t.Logf("settled %s after the partition healed", took.Round(time.Millisecond))
+			sys.CheckEffects(ops)
+			sys.CheckOutbox(5)
+			sys.CheckNoRestarts()
+		})
+	}
+}
