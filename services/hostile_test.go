@@ -2,6 +2,7 @@ package services_test
 
 import (
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -51,4 +52,60 @@ func TestHostileVendors(t *testing.T) {
 	}
 	sys.CheckEffects(ops)
 	sys.CheckOutbox(3)
+}
+
+// knownBugs runs the tests of known failures of the system, which are
+// skipped otherwise so that the suite stays green until they are fixed.
+const knownBugs = "OPLEDGER_KNOWN_BUGS"
+
+// TestSlowAndEventuallyConsistentVendors has the vendors apply a request
+// seconds after it arrived (latency: the effect does not exist, even for
+// lookups, until then, and the client has timed out after the tool's 2 s)
+// or answer 500 after applying it while their lookups do not show it for a
+// while (delayed_visibility). Within the reconciler's settle delay (2 s
+// after the unknown outcome), lookups find the effect and nothing is sent
+// again. Beyond it, the reconciler takes "not found" for "never applied"
+// and sends the email again: a second email (the KNOWN BUG cases, skipped
+// unless OPLEDGER_KNOWN_BUGS=1; see the report of branch h-crash).
+// Captures are safe either way: the retry carries the same Idempotency-Key.
+func TestSlowAndEventuallyConsistentVendors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		kind     vendors.FaultKind
+		delay    time.Duration
+		knownBug bool
+	}{
+		{vendors.FaultLatency, 2500 * time.Millisecond, false},
+		{vendors.FaultDelayedVisibility, time.Second, false},
+		{vendors.FaultLatency, 6 * time.Second, true},
+		{vendors.FaultDelayedVisibility, 6 * time.Second, true},
+	} {
+		t.Run(fmt.Sprintf("%s_%s", c.kind, c.delay), func(t *testing.T) {
+			t.Parallel()
+			if c.knownBug && os.Getenv(knownBugs) == "" {
+				t.Skipf("KNOWN BUG: a vendor slower than the reconciler's settle delay gets the email twice; %s=1 runs it", knownBugs)
+			}
+			sys := proctest.Start(t, proctest.Options{})
+			for _, route := range []string{vendors.RouteCapture, vendors.RouteEmail} {
+				require.NoError(t, sys.Vendors.InjectFault(vendors.Fault{Route: route, Kind: c.kind, Delay: c.delay}))
+			}
+			sys.Publish(wire.Intent{EventID: "s:capture", WorkflowID: "wf_s", Tool: "capture_payment",
+				Args: proctest.CaptureArgs("s_order", "cust_1", 4900)})
+			sys.Publish(wire.Intent{EventID: "s:email", WorkflowID: "wf_s", Tool: "send_email",
+				Args: proctest.EmailArgs("s_user@example.com", "s_order")})
+			ops, took := sys.WaitSettled(90 * time.Second)
+			t.Logf("settled in %s", took.Round(time.Millisecond))
+			// A slow request applies late, whatever the ledger decided
+			// meanwhile: count once it has.
+			sys.WaitFor("the vendor to have applied both requests", 2*c.delay, func() bool {
+				st := sys.Vendors.Stats()
+				return st.Captures >= 1 && st.Emails >= 1
+			})
+			time.Sleep(c.delay) // and a retry's effect, if any
+			for _, o := range ops {
+				t.Logf("%s: %s", o.IdempotencyKey, o.State)
+			}
+			sys.CheckEffects(sys.Operations())
+		})
+	}
 }
