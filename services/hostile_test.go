@@ -15,7 +15,8 @@ import (
 
 // TestHostileVendors has the vendors answer captures and emails in ways a
 // client must survive after performing the effect (an id holding U+0000, a
-// 2 MB Request-Id header, a body cut short) or never answer at all. Each
+// 2 MB Request-Id header, a body cut short) or never answer at all, and
+// the reconciler's lookups meet the same answers. Each
 // operation must settle within a bound, as the ledger decides (found by
 // the reconciler and completed, retried once nothing was done, or
 // escalated), with the agent told the final status, no outbox row
@@ -25,7 +26,8 @@ func TestHostileVendors(t *testing.T) {
 	sys := proctest.Start(t, proctest.Options{})
 	hostile := []vendors.FaultKind{vendors.FaultNULIDAfterCommit, vendors.FaultHugeHeaderAfterCommit,
 		vendors.FaultTruncatedBodyAfterCommit, vendors.FaultEndless}
-	for _, route := range []string{vendors.RouteCapture, vendors.RouteEmail} {
+	// The reconciler's lookups meet the same answers, once each.
+	for _, route := range []string{vendors.RouteCapture, vendors.RouteEmail, vendors.RouteCaptureLookup, vendors.RouteEmailLookup} {
 		for _, k := range hostile {
 			require.NoError(t, sys.Vendors.InjectFault(vendors.Fault{Route: route, Kind: k}))
 		}
@@ -40,7 +42,7 @@ func TestHostileVendors(t *testing.T) {
 	}
 	ops, took := sys.WaitSettled(90 * time.Second)
 	t.Logf("settled in %s", took.Round(time.Millisecond))
-	require.Equal(t, 2*len(hostile), sys.Vendors.Stats().FaultsFired, "every hostile answer was served")
+	require.Equal(t, 4*len(hostile), sys.Vendors.Stats().FaultsFired, "every hostile answer was served")
 	for _, o := range ops {
 		atts, err := sys.Store.Attempts(t.Context(), o.ID)
 		require.NoError(t, err)

@@ -35,7 +35,10 @@ type Sent struct {
 // every fourth is resent with the same event id and bytes but no
 // Nats-Msg-Id (duplicate_event from the ledger, not JetStream), and every
 // fifth capture is sent again for the same order and amount by another
-// customer (the same key with other arguments: conflict).
+// customer (the same key with other arguments: conflict). Capture 4 (of
+// batches with five or more) is above the approval threshold
+// (awaiting_approval, never sent), and the last intent is invalid
+// (rejected).
 func (b Batch) Intents() []Sent {
 	wf := b.Workflow
 	if wf == "" {
@@ -66,11 +69,19 @@ func (b Batch) Intents() []Sent {
 	for i := range max(b.Captures, b.Emails) {
 		if i < b.Captures {
 			order := fmt.Sprintf("%s_order_%d", b.Prefix, i)
-			add(i, "capture", "capture_payment", CaptureArgs(order, "cust_1", 100+i), CaptureArgs(order, "cust_999", 100+i))
+			amount := 100 + i
+			if i == 4 {
+				amount = 2_000_000 // needs approval
+			}
+			add(i, "capture", "capture_payment", CaptureArgs(order, "cust_1", amount), CaptureArgs(order, "cust_999", amount))
 		}
 		if i < b.Emails {
 			add(i, "email", "send_email", EmailArgs(fmt.Sprintf("%s_user_%d@example.com", b.Prefix, i), fmt.Sprintf("%s_order_%d", b.Prefix, i)), nil)
 		}
+	}
+	if b.Captures > 0 {
+		out = append(out, Sent{Intent: wire.Intent{EventID: b.Prefix + ":invalid", WorkflowID: wf, Tool: "capture_payment",
+			Args: json.RawMessage(`{"order_id":"x","customer_id":"c","amount_cents":100,"currency":"JPY"}`)}})
 	}
 	return out
 }

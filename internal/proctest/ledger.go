@@ -114,7 +114,7 @@ func (s *System) Check() Progress {
 			continue
 		}
 		r, ok := s.results.latest(o.ID)
-		if !ok || r.Version < o.Version || !lastWord(r.Status) {
+		if !ok || r.Version < o.Version || r.Status != string(o.State) || !lastWord(r.Status) {
 			p.NoLastWord = append(p.NoLastWord, o)
 		}
 	}
@@ -321,7 +321,7 @@ func (s *System) CheckEffects(ops []*op.Operation) Effects {
 			s.t.Errorf("proctest: DUPLICATE: %s performed %d times at the vendor\n%s", o.IdempotencyKey, n, s.History(o.ID))
 		case o.State == op.StateCompletedSuccess && n != 1:
 			s.t.Errorf("proctest: operation %s completed_success but the vendor performed it %d times\n%s", o.ID, n, s.History(o.ID))
-		case (o.State == op.StateFailedPermanent || o.State == op.StateRejected) && n != 0:
+		case (o.State == op.StateFailedPermanent || o.State == op.StateRejected || o.State == op.StateAwaitingApproval) && n != 0:
 			s.t.Errorf("proctest: operation %s is %s but the vendor performed it %d times\n%s", o.ID, o.State, n, s.History(o.ID))
 		}
 	}
