@@ -21,15 +21,16 @@ func TestKillDispatcherMidBatch(t *testing.T) {
 	// Every vendor request takes 300 ms, so calls are in flight when the kill lands.
 	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Vendors: vendors.Options{Latency: 300 * time.Millisecond}})
 	victim := proctest.DispatcherN(1)
-	k := 1 + rnd.IntN(4)
+	moment := time.Duration(rnd.IntN(600)) * time.Millisecond
 	sys.PublishBatch(proctest.Batch{Prefix: "kd", Captures: 16, Emails: 10})
-	sys.WaitFor("dispatcher-1 to have calls in flight", time.Minute, func() bool {
-		return sys.Count(`SELECT count(*) FROM attempts WHERE worker = $1`, victim) >= k &&
-			sys.Count(`SELECT count(*) FROM attempts WHERE worker = $1 AND finished_at IS NULL`, victim) > 0
+	sys.WaitFor("dispatcher-1's first vendor call", time.Minute, func() bool {
+		return sys.Count(`SELECT count(*) FROM attempts WHERE worker = $1`, victim) > 0
 	})
-	inFlight := sys.Count(`SELECT count(*) FROM attempts WHERE worker = $1 AND finished_at IS NULL`, victim)
+	time.Sleep(moment) // the random moment
 	sys.Proc(victim).Kill()
-	t.Logf("killed %s after %d attempts started, %d in flight", victim, k, inFlight)
+	t.Logf("killed %s %s after its first call, with %d attempts started, %d of them unfinished", victim, moment,
+		sys.Count(`SELECT count(*) FROM attempts WHERE worker = $1`, victim),
+		sys.Count(`SELECT count(*) FROM attempts WHERE worker = $1 AND finished_at IS NULL`, victim))
 
 	ops, took := sys.WaitSettled(settleTimeout)
 	t.Logf("settled %s after the kill", took.Round(time.Millisecond))
@@ -100,6 +101,38 @@ func TestKillMaintenanceLeader(t *testing.T) {
 	sys.WaitFor(heir+" to take the leadership over", time.Minute, func() bool { return sys.Leader() == heir+"/reconciler" })
 	ops, took := sys.WaitSettled(settleTimeout)
 	t.Logf("settled %s after the kills", took.Round(time.Millisecond))
+	sys.CheckEffects(ops)
+	sys.CheckOutbox(3)
+}
+
+// TestPowerCut SIGKILLs every service at once at a random moment of a batch,
+// with vendor calls in flight, and stops NATS with them; then NATS comes
+// back on its store and every service is started again.
+func TestPowerCut(t *testing.T) {
+	t.Parallel()
+	rnd := proctest.Rand(t)
+	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Vendors: vendors.Options{Latency: time.Second}})
+	// Each vendor call takes 1 s; the cut lands up to 1.1 s after the
+	// first call began: calls in flight, outcomes being recorded, retries.
+	moment := time.Duration(rnd.IntN(1100)) * time.Millisecond
+	sys.PublishBatch(proctest.Batch{Prefix: "pc", Captures: 16, Emails: 10})
+	sys.WaitFor("the first vendor call", time.Minute, func() bool { return sys.Count(`SELECT count(*) FROM attempts`) > 0 })
+	time.Sleep(moment) // the random moment
+	for _, p := range sys.Procs() {
+		p.Kill()
+	}
+	sys.NATS.Stop()
+	t.Logf("power cut %s after the first call, with %d attempts started, %d of them unfinished", moment, sys.Count(`SELECT count(*) FROM attempts`),
+		sys.Count(`SELECT count(*) FROM attempts WHERE finished_at IS NULL`))
+	sys.NATS.Start(false)
+	for _, p := range sys.Procs() {
+		p.Start()
+	}
+	for _, p := range sys.Procs() {
+		p.WaitReady(time.Minute)
+	}
+	ops, took := sys.WaitSettled(settleTimeout)
+	t.Logf("settled %s after the restart", took.Round(time.Millisecond))
 	sys.CheckEffects(ops)
 	sys.CheckOutbox(3)
 }

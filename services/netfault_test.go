@@ -159,3 +159,30 @@ func TestPartitionedProcessHoldsNoOutbox(t *testing.T) {
 		})
 	}
 }
+
+// TestNetworkVendorOutage makes the vendors unreachable (connection refused)
+// for five seconds of a batch: nothing was sent, so it is retried with
+// backoff, or given up as failed_permanent once the retry budget is spent.
+func TestNetworkVendorOutage(t *testing.T) {
+	t.Parallel()
+	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Proxies: true})
+	sys.AddToxic(proctest.LinkVendor, proctest.Toxic{Name: "slow", Type: "latency", Attributes: map[string]any{"latency": 100}})
+	sent := proctest.Batch{Prefix: "vo", Captures: 12, Emails: 8}.Intents()
+	for _, in := range sent[:len(sent)/2] {
+		sys.PublishSent(in)
+	}
+	sys.WaitFor("vendor calls in flight", time.Minute, func() bool {
+		return sys.Count(`SELECT count(*) FROM attempts WHERE finished_at IS NULL`) > 0
+	})
+	sys.CutLink(proctest.LinkVendor)
+	for _, in := range sent[len(sent)/2:] {
+		sys.PublishSent(in)
+	}
+	time.Sleep(5 * time.Second) // the outage's duration is what is being tested
+	sys.RestoreLink(proctest.LinkVendor)
+	ops, took := sys.WaitSettled(settleTimeout)
+	t.Logf("settled %s after the vendors came back: %s", took.Round(time.Millisecond), proctest.StateCounts(ops))
+	sys.CheckEffects(ops)
+	sys.CheckOutbox(5)
+	sys.CheckNoRestarts()
+}

@@ -354,3 +354,18 @@ func mailbox(to string) string {
 	}
 	return strings.ToLower(strings.TrimSpace(to))
 }
+
+// StateCounts summarises operations by state, e.g. "completed_success=14
+// escalated=1", for logs.
+func StateCounts(ops []*op.Operation) string {
+	n := map[op.State]int{}
+	for _, o := range ops {
+		n[o.State]++
+	}
+	var parts []string
+	for st, k := range n {
+		parts = append(parts, fmt.Sprintf("%s=%d", st, k))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}

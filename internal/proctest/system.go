@@ -444,3 +444,12 @@ func (s *System) CheckNoRestarts() {
 		}
 	}
 }
+
+// Procs returns every process, in start order.
+func (s *System) Procs() []*Proc {
+	out := make([]*Proc, 0, len(s.order))
+	for _, name := range s.order {
+		out = append(out, s.procs[name])
+	}
+	return out
+}
