@@ -75,7 +75,7 @@ func TestCrashAtFailpoint(t *testing.T) {
 				require.NoError(t, sys.Vendors.InjectFault(f))
 			}
 			prefix := strings.NewReplacer(".", "", "_", "").Replace(name)
-			sys.PublishBatch(proctest.Batch{Prefix: prefix, Captures: 12, Emails: 8})
+			sys.PublishBatch(proctest.Batch{Prefix: prefix, Captures: proctest.Scaled(12), Emails: proctest.Scaled(8)})
 
 			p := sys.Proc(c.instance)
 			p.WaitExit(time.Minute)

@@ -1,6 +1,7 @@
 package services_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func TestKillDispatcherMidBatch(t *testing.T) {
 	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Vendors: vendors.Options{Latency: 300 * time.Millisecond}})
 	victim := proctest.DispatcherN(1)
 	moment := time.Duration(rnd.IntN(600)) * time.Millisecond
-	sys.PublishBatch(proctest.Batch{Prefix: "kd", Captures: 16, Emails: 10})
+	sys.PublishBatch(proctest.Batch{Prefix: "kd", Captures: proctest.Scaled(16), Emails: proctest.Scaled(10)})
 	sys.WaitFor("dispatcher-1's first vendor call", time.Minute, func() bool {
 		return sys.Count(`SELECT count(*) FROM attempts WHERE worker = $1`, victim) > 0
 	})
@@ -47,7 +48,7 @@ func TestKillPlannerIngestMidBatch(t *testing.T) {
 	rnd := proctest.Rand(t)
 	sys := proctest.Start(t, proctest.Options{Proxies: true})
 	sys.AddToxic(proctest.LinkPostgres, proctest.Toxic{Name: "slow", Type: "latency", Attributes: map[string]any{"latency": 20}})
-	batch := proctest.Batch{Prefix: "ki", Captures: 16, Emails: 10}
+	batch := proctest.Batch{Prefix: "ki", Captures: proctest.Scaled(16), Emails: proctest.Scaled(10)}
 	k := 1 + rnd.IntN(len(batch.Intents())/2)
 	sys.PublishBatch(batch)
 	sys.WaitFor("planner-ingest to be part-way through the batch", time.Minute, func() bool {
@@ -83,7 +84,7 @@ func TestKillMaintenanceLeader(t *testing.T) {
 	// Vendor 500s after the effect: the reconcilers have lookups to do.
 	require.NoError(t, sys.Vendors.InjectFault(vendors.Fault{Route: vendors.RouteCapture, Kind: vendors.FaultError500AfterCommit, Times: 4}))
 	require.NoError(t, sys.Vendors.InjectFault(vendors.Fault{Route: vendors.RouteEmail, Kind: vendors.FaultError500AfterCommit, Times: 2}))
-	sys.PublishBatch(proctest.Batch{Prefix: "kl", Captures: 16, Emails: 10})
+	sys.PublishBatch(proctest.Batch{Prefix: "kl", Captures: proctest.Scaled(16), Emails: proctest.Scaled(10)})
 
 	k := 1 + rnd.IntN(3)
 	sys.WaitFor("outcomes to reconcile", time.Minute, func() bool {
@@ -107,32 +108,37 @@ func TestKillMaintenanceLeader(t *testing.T) {
 
 // TestPowerCut SIGKILLs every service at once at a random moment of a batch,
 // with vendor calls in flight, and stops NATS with them; then NATS comes
-// back on its store and every service is started again.
+// back on its store and every service is started again. Under
+// OPLEDGER_SOAK the cut is repeated, once per batch.
 func TestPowerCut(t *testing.T) {
 	t.Parallel()
 	rnd := proctest.Rand(t)
 	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Vendors: vendors.Options{Latency: time.Second}})
-	// Each vendor call takes 1 s; the cut lands up to 1.1 s after the
-	// first call began: calls in flight, outcomes being recorded, retries.
-	moment := time.Duration(rnd.IntN(1100)) * time.Millisecond
-	sys.PublishBatch(proctest.Batch{Prefix: "pc", Captures: 16, Emails: 10})
-	sys.WaitFor("the first vendor call", time.Minute, func() bool { return sys.Count(`SELECT count(*) FROM attempts`) > 0 })
-	time.Sleep(moment) // the random moment
-	for _, p := range sys.Procs() {
-		p.Kill()
+	for round := range proctest.Rounds() {
+		// Each vendor call takes 1 s; the cut lands up to 1.1 s after the
+		// first call of the batch began: calls in flight, outcomes being
+		// recorded, retries.
+		moment := time.Duration(rnd.IntN(1100)) * time.Millisecond
+		before := sys.Count(`SELECT count(*) FROM attempts`)
+		sys.PublishBatch(proctest.Batch{Prefix: fmt.Sprintf("pc%d", round), Captures: proctest.Scaled(16), Emails: proctest.Scaled(10)})
+		sys.WaitFor("the batch's first vendor call", time.Minute, func() bool { return sys.Count(`SELECT count(*) FROM attempts`) > before })
+		time.Sleep(moment) // the random moment
+		for _, p := range sys.Procs() {
+			p.Kill()
+		}
+		sys.NATS.Stop()
+		t.Logf("round %d: power cut %s after the first call, with %d attempts started, %d of them unfinished", round, moment,
+			sys.Count(`SELECT count(*) FROM attempts`)-before, sys.Count(`SELECT count(*) FROM attempts WHERE finished_at IS NULL`))
+		sys.NATS.Start(false)
+		for _, p := range sys.Procs() {
+			p.Start()
+		}
+		for _, p := range sys.Procs() {
+			p.WaitReady(time.Minute)
+		}
+		ops, took := sys.WaitSettled(settleTimeout)
+		t.Logf("round %d: settled %s after the restart", round, took.Round(time.Millisecond))
+		sys.CheckEffects(ops)
+		sys.CheckOutbox(3)
 	}
-	sys.NATS.Stop()
-	t.Logf("power cut %s after the first call, with %d attempts started, %d of them unfinished", moment, sys.Count(`SELECT count(*) FROM attempts`),
-		sys.Count(`SELECT count(*) FROM attempts WHERE finished_at IS NULL`))
-	sys.NATS.Start(false)
-	for _, p := range sys.Procs() {
-		p.Start()
-	}
-	for _, p := range sys.Procs() {
-		p.WaitReady(time.Minute)
-	}
-	ops, took := sys.WaitSettled(settleTimeout)
-	t.Logf("settled %s after the restart", took.Round(time.Millisecond))
-	sys.CheckEffects(ops)
-	sys.CheckOutbox(3)
 }

@@ -16,7 +16,7 @@ import (
 func TestNATSRestart(t *testing.T) {
 	t.Parallel()
 	sys := proctest.Start(t, proctest.Options{Dispatchers: 2})
-	batch := proctest.Batch{Prefix: "nr", Captures: 16, Emails: 10}
+	batch := proctest.Batch{Prefix: "nr", Captures: proctest.Scaled(16), Emails: proctest.Scaled(10)}
 	sent := batch.Intents()
 	half := len(sent) / 2
 	for _, in := range sent[:half] {

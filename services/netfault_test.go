@@ -18,7 +18,7 @@ func TestNetworkPostgresLatencyAndTimeouts(t *testing.T) {
 	t.Parallel()
 	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Proxies: true})
 	sys.AddToxic(proctest.LinkPostgres, proctest.Toxic{Name: "slow", Type: "latency", Attributes: map[string]any{"latency": 20, "jitter": 10}})
-	sys.PublishBatch(proctest.Batch{Prefix: "pt", Captures: 12, Emails: 8})
+	sys.PublishBatch(proctest.Batch{Prefix: "pt", Captures: proctest.Scaled(12), Emails: proctest.Scaled(8)})
 	sys.WaitFor("the batch to be part-way through", time.Minute, func() bool { return sys.Count(`SELECT count(*) FROM attempts`) >= 3 })
 	sys.AddToxic(proctest.LinkPostgres, proctest.Toxic{Name: "stall", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 1500}})
 	time.Sleep(3 * time.Second) // the fault's duration is what is being tested
@@ -36,7 +36,7 @@ func TestNetworkPostgresOutage(t *testing.T) {
 	t.Parallel()
 	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Proxies: true})
 	sys.AddToxic(proctest.LinkVendor, proctest.Toxic{Name: "slow", Type: "latency", Attributes: map[string]any{"latency": 200}})
-	sys.PublishBatch(proctest.Batch{Prefix: "po", Captures: 12, Emails: 8})
+	sys.PublishBatch(proctest.Batch{Prefix: "po", Captures: proctest.Scaled(12), Emails: proctest.Scaled(8)})
 	sys.WaitFor("vendor calls in flight", time.Minute, func() bool {
 		return sys.Count(`SELECT count(*) FROM attempts WHERE finished_at IS NULL`) > 0
 	})
@@ -59,7 +59,7 @@ func TestNetworkVendorFaults(t *testing.T) {
 	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Proxies: true})
 	sys.AddToxic(proctest.LinkVendor, proctest.Toxic{Name: "slow", Type: "latency", Attributes: map[string]any{"latency": 100, "jitter": 50}})
 	sys.AddToxic(proctest.LinkVendor, proctest.Toxic{Name: "reset", Type: "reset_peer", Stream: "downstream", Toxicity: 0.4, Attributes: map[string]any{"timeout": 0}})
-	sent := proctest.Batch{Prefix: "vf", Captures: 12, Emails: 8}.Intents()
+	sent := proctest.Batch{Prefix: "vf", Captures: proctest.Scaled(12), Emails: proctest.Scaled(8)}.Intents()
 	for _, in := range sent[:len(sent)/2] {
 		sys.PublishSent(in)
 	}
@@ -89,7 +89,7 @@ func TestNetworkNATSLatencyResetAndRestart(t *testing.T) {
 	for _, svc := range proctest.Services {
 		sys.AddToxic(proctest.LinkNATS(svc), proctest.Toxic{Name: "slow", Type: "latency", Attributes: map[string]any{"latency": 30, "jitter": 10}})
 	}
-	sent := proctest.Batch{Prefix: "nf", Captures: 12, Emails: 8}.Intents()
+	sent := proctest.Batch{Prefix: "nf", Captures: proctest.Scaled(12), Emails: proctest.Scaled(8)}.Intents()
 	third := len(sent) / 3
 	for _, in := range sent[:third] {
 		sys.PublishSent(in)
@@ -134,7 +134,7 @@ func TestPartitionedProcessHoldsNoOutbox(t *testing.T) {
 					sys.CutLink(link)
 				}
 			}
-			sys.PublishBatch(proctest.Batch{Prefix: "pp", Captures: 10, Emails: 6})
+			sys.PublishBatch(proctest.Batch{Prefix: "pp", Captures: proctest.Scaled(10), Emails: proctest.Scaled(6)})
 			began := time.Now()
 			for p := sys.Check(); len(p.Unanswered) > 0; p = sys.Check() {
 				if time.Since(began) > 10*time.Second {
@@ -167,7 +167,7 @@ func TestNetworkVendorOutage(t *testing.T) {
 	t.Parallel()
 	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Proxies: true})
 	sys.AddToxic(proctest.LinkVendor, proctest.Toxic{Name: "slow", Type: "latency", Attributes: map[string]any{"latency": 100}})
-	sent := proctest.Batch{Prefix: "vo", Captures: 12, Emails: 8}.Intents()
+	sent := proctest.Batch{Prefix: "vo", Captures: proctest.Scaled(12), Emails: proctest.Scaled(8)}.Intents()
 	for _, in := range sent[:len(sent)/2] {
 		sys.PublishSent(in)
 	}
