@@ -97,9 +97,10 @@ type System struct {
 	js jetstream.JetStream
 
 	registry  string
-	svcDB     string            // DATABASE_URL as the services get it
-	svcNATS   map[string]string // NATS_URL per service
-	vendorURL string            // the vendors' base URL as the services get it
+	svcDB     map[string]string     // DATABASE_URL per instance
+	pgLinks   map[string]*forwarder // per instance
+	svcNATS   map[string]string     // NATS_URL per instance
+	vendorURL string                // the vendors' base URL as the services get it
 	px        *proxies
 
 	procs map[string]*Proc
@@ -129,7 +130,8 @@ func Start(t testing.TB, opts Options) *System {
 		opts.ReadyTimeout = time.Minute
 	}
 	s := &System{t: t, opts: opts, bin: Binaries(t), procs: map[string]*Proc{},
-		intents: map[string]wire.Intent{}, accepted: map[string]bool{}, svcNATS: map[string]string{}}
+		intents: map[string]wire.Intent{}, accepted: map[string]bool{}, svcNATS: map[string]string{},
+		svcDB: map[string]string{}, pgLinks: map[string]*forwarder{}}
 	root, err := repoRoot()
 	if err != nil {
 		t.Fatalf("proctest: %v", err)
@@ -158,24 +160,14 @@ func Start(t testing.TB, opts Options) *System {
 	}
 	t.Cleanup(s.Vendors.Close)
 
-	s.svcDB, s.vendorURL = s.DBURL, s.Vendors.URL()
-	for _, svc := range Services {
-		s.svcNATS[svc] = s.NATS.URL()
-	}
+	s.vendorURL = s.Vendors.URL()
 	if opts.Proxies {
 		s.px = newProxies(t)
-		up, unix := postgresUpstream(t, s.DBURL)
-		if s.svcDB, err = withHostPort(s.DBURL, s.px.add(LinkPostgres, up), unix); err != nil {
-			t.Fatalf("proctest: %v", err)
-		}
 		u, err := url.Parse(s.Vendors.URL())
 		if err != nil {
 			t.Fatalf("proctest: %v", err)
 		}
 		s.vendorURL = "http://" + s.px.add(LinkVendor, u.Host)
-		for _, svc := range Services {
-			s.svcNATS[svc] = "nats://" + s.px.add(LinkNATS(svc), s.NATS.Addr())
-		}
 	}
 
 	if s.Client, err = client.Connect(s.NATS.URL(), t.Name()+"/agent"); err != nil {
@@ -219,6 +211,20 @@ func Start(t testing.TB, opts Options) *System {
 func (s *System) add(service, instance string) {
 	s.procs[instance] = &Proc{sys: s, Service: service, Instance: instance, log: &logBuffer{}}
 	s.order = append(s.order, instance)
+	s.svcNATS[instance], s.svcDB[instance] = s.NATS.URL(), s.DBURL
+	if s.px == nil {
+		return
+	}
+	// Each instance has links of its own, so that one can be cut off alone.
+	network, addr := postgresUpstream(s.t, s.DBURL)
+	f := newForwarder(s.t, network, addr)
+	s.pgLinks[instance] = f
+	var err error
+	s.svcDB[instance], err = withHostPort(s.DBURL, s.px.add(LinkPostgresOf(instance), f.Addr(), LinkPostgres, LinkPostgresOf(service)), network == "unix")
+	if err != nil {
+		s.t.Fatalf("proctest: %v", err)
+	}
+	s.svcNATS[instance] = "nats://" + s.px.add(LinkNATS(instance), s.NATS.Addr(), LinkNATS(service))
 }
 
 // stopAll kills every process and, if the test failed, prints their logs.
@@ -255,8 +261,8 @@ func (s *System) baseEnv(service, instance string) []string {
 		env = append(env, kv)
 	}
 	env = append(env,
-		"DATABASE_URL="+withParam(s.svcDB, "application_name", instance),
-		"NATS_URL="+s.svcNATS[service],
+		"DATABASE_URL="+withParam(s.svcDB[instance], "application_name", instance),
+		"NATS_URL="+s.svcNATS[instance],
 		"OPLEDGER_REGISTRY="+s.registry,
 		"OPLEDGER_INSTANCE="+instance,
 		"OPLEDGER_LOG="+s.opts.LogLevel,
@@ -282,8 +288,10 @@ func (s *System) RestartNATS(emptyStore bool, down time.Duration) {
 	s.results.resubscribe()
 }
 
-// AddToxic adds a Toxiproxy toxic to a link (LinkPostgres, LinkVendor,
-// LinkNATS(service)); it needs Options.Proxies. RemoveToxic takes it off.
+// AddToxic adds a Toxiproxy toxic to a link: LinkVendor, LinkPostgres (every
+// instance's), or LinkPostgresOf and LinkNATS of a service (every instance
+// of it) or of one instance. It needs Options.Proxies.
+// RemoveToxic takes it off.
 func (s *System) AddToxic(link string, tx Toxic) {
 	s.t.Helper()
 	if tx.Toxicity == 0 {
@@ -293,29 +301,65 @@ func (s *System) AddToxic(link string, tx Toxic) {
 	if err != nil {
 		s.t.Fatalf("proctest: toxic: %v", err)
 	}
-	if _, err := s.px.link(link).Toxics.AddToxicJson(strings.NewReader(string(b))); err != nil {
-		s.t.Fatalf("proctest: add toxic %s to %s: %v", tx.Name, link, err)
+	for _, px := range s.px.link(link) {
+		if _, err := px.Toxics.AddToxicJson(strings.NewReader(string(b))); err != nil {
+			s.t.Fatalf("proctest: add toxic %s to %s: %v", tx.Name, px.Name, err)
+		}
 	}
 }
 
 // RemoveToxic takes a toxic off a link.
 func (s *System) RemoveToxic(link, name string) {
 	s.t.Helper()
-	if err := s.px.link(link).Toxics.RemoveToxic(context.Background(), name); err != nil {
-		s.t.Fatalf("proctest: remove toxic %s from %s: %v", name, link, err)
+	for _, px := range s.px.link(link) {
+		if err := px.Toxics.RemoveToxic(context.Background(), name); err != nil {
+			s.t.Fatalf("proctest: remove toxic %s from %s: %v", name, px.Name, err)
+		}
 	}
 }
 
 // CutLink closes a link: every connection through it is closed and new ones
-// are refused, as when a dependency goes down or the network splits.
-func (s *System) CutLink(link string) { s.px.link(link).Stop() }
+// are refused, as when a dependency goes down.
+func (s *System) CutLink(link string) {
+	for _, px := range s.px.link(link) {
+		px.Stop()
+	}
+}
 
 // RestoreLink opens a cut link again on the same address.
 func (s *System) RestoreLink(link string) {
 	s.t.Helper()
-	if err := s.px.link(link).Start(); err != nil {
-		s.t.Fatalf("proctest: restore link %s: %v", link, err)
+	for _, px := range s.px.link(link) {
+		if err := px.Start(); err != nil {
+			s.t.Fatalf("proctest: restore link %s: %v", px.Name, err)
+		}
 	}
+}
+
+// PartitionPostgres cuts an instance off from Postgres the way a network
+// split or its host losing power does: no data goes through and no
+// connection is closed, so Postgres keeps that side's sessions, and what
+// they hold (locks), until it ends them itself. HealPostgres ends the
+// partition. Both need Options.Proxies.
+func (s *System) PartitionPostgres(instance string) {
+	s.t.Helper()
+	s.pgLink(instance).Freeze()
+}
+
+// HealPostgres ends a partition; the connections that lived through it are
+// closed.
+func (s *System) HealPostgres(instance string) {
+	s.t.Helper()
+	s.pgLink(instance).Heal()
+}
+
+func (s *System) pgLink(instance string) *forwarder {
+	s.t.Helper()
+	f, ok := s.pgLinks[instance]
+	if !ok {
+		s.t.Fatalf("proctest: no Postgres link for %q (is Options.Proxies set?)", instance)
+	}
+	return f
 }
 
 // Publish sends an intent as an agent does (pkg/client: Nats-Msg-Id =
