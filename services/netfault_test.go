@@ -1,10 +1,15 @@
 package services_test
 
 import (
+	"os"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/opledger/opledger/internal/proctest"
+	"github.com/opledger/opledger/internal/vendors"
+	"github.com/opledger/opledger/pkg/op"
 )
 
 // The network fault tests put a Toxiproxy on every link between the
@@ -185,4 +190,77 @@ func TestNetworkVendorOutage(t *testing.T) {
 	sys.CheckEffects(ops)
 	sys.CheckOutbox(5)
 	sys.CheckNoRestarts()
+}
+
+// TestMaintenanceLeaderPartitionedFromPostgres cuts the reconciler that leads
+// maintenance off from Postgres the way a network split or its host losing
+// power does: nothing gets through, nothing is closed, and Postgres keeps
+// its session. Then a dispatcher dies with calls in flight, stranding
+// operations in dispatched that only a live leader's sweeper can move. The
+// other reconciler must take the leadership over within a bound, without
+// the partition healing (it took the operating system's TCP timeout, two
+// hours, before the lock's session got a TTL). The partition then heals
+// and everything must settle: until it does, the partitioned reconciler
+// still takes reconcile commands from NATS and sits on them (see the
+// known bug in TestPartitionedFromPostgresHoldsNoCommands).
+func TestMaintenanceLeaderPartitionedFromPostgres(t *testing.T) {
+	t.Parallel()
+	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Reconcilers: 2, Proxies: true})
+	var leader string
+	sys.WaitFor("a maintenance leader", time.Minute, func() bool { leader = sys.Leader(); return leader != "" })
+	victim, heir := proctest.ReconcilerN(1), proctest.ReconcilerN(2)
+	if leader == heir+"/reconciler" {
+		victim, heir = heir, victim
+	}
+	sys.AddToxic(proctest.LinkVendor, proctest.Toxic{Name: "slow", Type: "latency", Attributes: map[string]any{"latency": 300}})
+	sys.PublishBatch(proctest.Batch{Prefix: "lp", Captures: proctest.Scaled(12), Emails: proctest.Scaled(8)})
+	sys.WaitFor("dispatcher-1 to have calls in flight", time.Minute, func() bool {
+		return sys.Count(`SELECT count(*) FROM attempts WHERE worker = $1 AND finished_at IS NULL`, proctest.DispatcherN(1)) > 0
+	})
+	sys.PartitionPostgres(victim)
+	sys.Proc(proctest.DispatcherN(1)).Kill()
+	partitioned := time.Now()
+	t.Logf("partitioned the leader %s from Postgres and killed dispatcher-1 with %d calls in flight", victim,
+		sys.Count(`SELECT count(*) FROM attempts WHERE worker = $1 AND finished_at IS NULL`, proctest.DispatcherN(1)))
+
+	sys.WaitFor(heir+" to take the leadership over", 45*time.Second, func() bool { return sys.Leader() == heir+"/reconciler" })
+	t.Logf("%s leads %s after the partition", heir, time.Since(partitioned).Round(time.Millisecond))
+	sys.WaitFor("the stranded operations to be swept", time.Minute, func() bool {
+		return sys.CountStates(op.StateDispatched) == 0
+	})
+	sys.HealPostgres(victim)
+	ops, took := sys.WaitSettled(settleTimeout)
+	t.Logf("settled %s after the partition healed", took.Round(time.Millisecond))
+	sys.CheckEffects(ops)
+	sys.CheckOutbox(5)
+}
+
+// TestPartitionedFromPostgresHoldsNoCommands cuts one of two reconcilers
+// (not the maintenance leader) off from Postgres, not from NATS, while
+// vendor 500s give the reconcilers lookups to do. KNOWN BUG, skipped unless
+// OPLEDGER_KNOWN_BUGS=1: the partitioned reconciler keeps taking reconcile
+// commands and its handlers wait on Postgres with no deadline, so each
+// command it takes waits for JetStream's AckWait (60 s), and may come back
+// to it again; planner-ingest and the compensator handle theirs the same
+// way. Everything should settle on the healthy reconciler within 50 s.
+func TestPartitionedFromPostgresHoldsNoCommands(t *testing.T) {
+	t.Parallel()
+	if os.Getenv(knownBugs) == "" {
+		t.Skipf("KNOWN BUG: a process cut off from Postgres holds the commands it takes for AckWait; %s=1 runs it", knownBugs)
+	}
+	sys := proctest.Start(t, proctest.Options{Reconcilers: 2, Proxies: true})
+	var leader string
+	sys.WaitFor("a maintenance leader", time.Minute, func() bool { leader = sys.Leader(); return leader != "" })
+	victim := proctest.ReconcilerN(2)
+	if leader == victim+"/reconciler" {
+		victim = proctest.ReconcilerN(1)
+	}
+	sys.PartitionPostgres(victim)
+	require.NoError(t, sys.Vendors.InjectFault(vendors.Fault{Route: vendors.RouteCapture, Kind: vendors.FaultError500AfterCommit, Times: 8}))
+	require.NoError(t, sys.Vendors.InjectFault(vendors.Fault{Route: vendors.RouteEmail, Kind: vendors.FaultError500AfterCommit, Times: 6}))
+	sys.PublishBatch(proctest.Batch{Prefix: "pr", Captures: proctest.Scaled(8), Emails: proctest.Scaled(6), NoDuplicates: true})
+	ops, took := sys.WaitSettled(50 * time.Second)
+	t.Logf("settled in %s with %s cut off from Postgres", took.Round(time.Millisecond), victim)
+	sys.HealPostgres(victim)
+	sys.CheckEffects(ops)
 }
