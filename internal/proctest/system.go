@@ -14,6 +14,20 @@
 // settled and its final result delivered — and reports what is missing with
 // each operation's history. CheckEffects asserts on the vendor's own counts.
 //
+// Postgres behind Toxiproxy: the tests' private cluster (internal/pglocal)
+// listens only on a unix socket, and Toxiproxy dials TCP. Each instance's
+// Postgres link is therefore service → Toxiproxy → a small TCP-to-socket
+// forwarder in the test process → Postgres, with DATABASE_URL rewritten to
+// host=127.0.0.1 port=<proxy> sslmode=disable (Postgres sees a socket
+// connection and trusts it, as usual). With DATABASE_URL set to a TCP
+// server, the forwarder dials that instead. The forwarder also makes the
+// partitions Toxiproxy cannot (PartitionPostgres).
+//
+// Environment: OPLEDGER_SOAK scales batches up (see Scaled);
+// OPLEDGER_PROCTEST_SEED replays a run's random moments (see Rand);
+// OPLEDGER_PROCTEST_LOGS=1 prints every process's output even when the
+// test passes.
+//
 // A test package using it must call testdb.Main from its TestMain.
 package proctest
 
