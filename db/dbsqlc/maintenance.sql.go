@@ -25,6 +25,38 @@ func (q *Queries) LeaderGet(ctx context.Context) (MaintenanceLeader, error) {
 	return i, err
 }
 
+const leaderIdleTimeout = `-- name: LeaderIdleTimeout :exec
+SELECT set_config('idle_session_timeout', $1::text, false)
+`
+
+// Has the server end the leader's session, and so release the lock, once
+// it has been idle for longer than the leader's heartbeats can be apart
+// (PostgreSQL 14+; older servers answer undefined_object).
+func (q *Queries) LeaderIdleTimeout(ctx context.Context, timeoutMs string) error {
+	_, err := q.db.Exec(ctx, leaderIdleTimeout, timeoutMs)
+	return err
+}
+
+const leaderKeepalive = `-- name: LeaderKeepalive :exec
+SELECT set_config('tcp_keepalives_idle', $1::text, false),
+       set_config('tcp_keepalives_interval', $2::text, false),
+       set_config('tcp_keepalives_count', $3::text, false)
+`
+
+type LeaderKeepaliveParams struct {
+	IdleSeconds     string
+	IntervalSeconds string
+	Count           string
+}
+
+// Has the server probe a silent client of the leader's session over TCP
+// (ignored on unix sockets), so that a holder whose host vanished is found
+// dead in seconds rather than after the operating system's two hours.
+func (q *Queries) LeaderKeepalive(ctx context.Context, arg LeaderKeepaliveParams) error {
+	_, err := q.db.Exec(ctx, leaderKeepalive, arg.IdleSeconds, arg.IntervalSeconds, arg.Count)
+	return err
+}
+
 const leaderRecord = `-- name: LeaderRecord :exec
 INSERT INTO maintenance_leader (id, holder, elected_at, heartbeat_at)
 VALUES (1, $1, now(), now())

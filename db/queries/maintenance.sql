@@ -17,3 +17,17 @@ ON CONFLICT (id) DO UPDATE SET
 
 -- name: LeaderGet :one
 SELECT * FROM maintenance_leader WHERE id = 1;
+
+-- name: LeaderKeepalive :exec
+-- Has the server probe a silent client of the leader's session over TCP
+-- (ignored on unix sockets), so that a holder whose host vanished is found
+-- dead in seconds rather than after the operating system's two hours.
+SELECT set_config('tcp_keepalives_idle', @idle_seconds::text, false),
+       set_config('tcp_keepalives_interval', @interval_seconds::text, false),
+       set_config('tcp_keepalives_count', @count::text, false);
+
+-- name: LeaderIdleTimeout :exec
+-- Has the server end the leader's session, and so release the lock, once
+-- it has been idle for longer than the leader's heartbeats can be apart
+-- (PostgreSQL 14+; older servers answer undefined_object).
+SELECT set_config('idle_session_timeout', @timeout_ms::text, false);

@@ -70,6 +70,14 @@ func (b *Bus) Name() string { return b.name }
 // Conn exposes the NATS connection for core request/reply and subscriptions.
 func (b *Bus) Conn() *nats.Conn { return b.nc }
 
+// Reachable reports whether the server answers on this connection now: it
+// is connected and a round trip (PING/PONG) completes before ctx ends. A
+// connection that is down, reconnecting, or silently cut off (no data
+// gets through, nothing closed it yet) is not reachable.
+func (b *Bus) Reachable(ctx context.Context) bool {
+	return b.nc.Status() == nats.CONNECTED && b.nc.FlushWithContext(ctx) == nil
+}
+
 // Check reports why the bus cannot do its work, or nil: the connection is
 // not up, or a stream or durable consumer this bus consumes from no longer
 // exists on the server (a server that lost its store).

@@ -140,7 +140,7 @@ func (mt *Maintainer) campaign(ctx context.Context) {
 	t := time.NewTicker(mt.cfg.ElectInterval)
 	defer t.Stop()
 	for {
-		l, err := mt.store.TryLead(ctx, mt.cfg.Name)
+		l, err := mt.store.TryLead(ctx, mt.cfg.Name, leaseTTL*mt.cfg.ElectInterval)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			mt.log.Warn().Err(err).Msg("could not campaign for maintenance leadership")
@@ -162,13 +162,49 @@ func (mt *Maintainer) campaign(ctx context.Context) {
 	}
 }
 
+// leaseTTL is how many election intervals the lock outlives a silent
+// holder (see store.TryLead): a few missed heartbeats, not one.
+const leaseTTL = 5
+
 // lead runs the tasks until ctx ends or the lock's connection fails.
 func (mt *Maintainer) lead(ctx context.Context, l *store.Leadership) {
-	elect := time.NewTicker(mt.cfg.ElectInterval)
+	ctx, cancel := context.WithCancel(ctx)
+	// The heartbeat runs on its own: a task stuck on a statement that
+	// hangs (a database cut off, a pass of up to a minute) must neither
+	// delay it past the lock's TTL, which would let the server end the
+	// session under a leader still at work, nor keep this instance
+	// believing it leads once the lock is gone. When a heartbeat fails,
+	// the tasks are cancelled.
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		defer cancel()
+		elect := time.NewTicker(mt.cfg.ElectInterval)
+		defer elect.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-elect.C:
+			}
+			hctx, hcancel := context.WithTimeout(ctx, mt.cfg.ElectInterval)
+			err := l.Heartbeat(hctx)
+			hcancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					mt.log.Warn().Err(err).Msg("maintenance leader heartbeat failed; stepping down")
+				}
+				return
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		<-beating
+	}()
 	sweep := time.NewTicker(mt.cfg.SweepInterval)
 	redrive := time.NewTicker(mt.cfg.RedriveInterval)
 	retain := time.NewTicker(mt.cfg.RetentionInterval)
-	defer elect.Stop()
 	defer sweep.Stop()
 	defer redrive.Stop()
 	defer retain.Stop()
@@ -178,16 +214,6 @@ func (mt *Maintainer) lead(ctx context.Context, l *store.Leadership) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-elect.C:
-			hctx, cancel := context.WithTimeout(ctx, mt.cfg.ElectInterval)
-			err := l.Heartbeat(hctx)
-			cancel()
-			if err != nil {
-				if ctx.Err() == nil {
-					mt.log.Warn().Err(err).Msg("maintenance leader heartbeat failed; stepping down")
-				}
-				return
-			}
 		case <-sweep.C:
 			mt.runTask(ctx, "sweep", mt.Sweep)
 			mt.runTask(ctx, "approvals", mt.ExpireApprovals)

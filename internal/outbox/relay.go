@@ -41,6 +41,15 @@ type Config struct {
 	// message's own fault (too large, refused by the stream), default 5; a
 	// NATS outage is not counted.
 	MaxFailures int
+	// PublishTimeout bounds the wait for JetStream's acknowledgements of a
+	// batch (default 5s, and at most a third of Lease): rows whose publish
+	// was not acknowledged by then go back to the outbox for any relay to
+	// publish, instead of waiting for this relay's lease to end.
+	PublishTimeout time.Duration
+	// ProbeTimeout bounds the round trip to NATS that a relay makes before
+	// each claim (default 1s): a relay that cannot reach NATS claims
+	// nothing, and leaves the rows to relays that can.
+	ProbeTimeout time.Duration
 	// Wake, when set, signals rows committed in this process (Waker.Subscribe).
 	Wake <-chan struct{}
 }
@@ -63,6 +72,13 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxFailures <= 0 {
 		c.MaxFailures = 5
+	}
+	if c.PublishTimeout <= 0 {
+		c.PublishTimeout = 5 * time.Second
+	}
+	c.PublishTimeout = min(c.PublishTimeout, c.Lease/3)
+	if c.ProbeTimeout <= 0 {
+		c.ProbeTimeout = time.Second
 	}
 }
 
@@ -107,6 +123,15 @@ func (r *Relay) Run(ctx context.Context) error {
 // RunOnce claims one batch, publishes it and marks what JetStream
 // acknowledged. It returns how many rows it published.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	// Every relay sees every row (NOTIFY, polling), whatever its own NATS
+	// connection is like. One that cannot publish must not claim: its rows
+	// would wait out its lease while relays that can publish stand idle.
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.ProbeTimeout)
+	reachable := r.bus.Reachable(pctx)
+	cancel()
+	if !reachable {
+		return 0, nil
+	}
 	claimed, err := r.store.OutboxClaim(ctx, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease)
 	if err != nil || len(claimed) == 0 {
 		return 0, err
@@ -115,7 +140,11 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	for i, c := range claimed {
 		msgs[i] = bus.Message{Subject: c.Message.Subject, MsgID: c.Message.MsgID, Header: c.Message.Header, Data: c.Message.Payload}
 	}
-	errs := r.bus.PublishBatch(ctx, msgs)
+	// A connection lost after the probe must not hold the rows for the
+	// whole lease either.
+	pctx, cancel = context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	errs := r.bus.PublishBatch(pctx, msgs)
+	cancel()
 	var sent, transport, refused []int64
 	var transportErr, refusedErr error
 	for i, c := range claimed {

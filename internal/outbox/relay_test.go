@@ -319,3 +319,25 @@ func TestWakerWakesLocalRelay(t *testing.T) {
 		"a row committed in this process is published long before the relay's one-minute poll")
 	require.Equal(t, uint64(2), b.StreamMsgs(t, wire.StreamOps))
 }
+
+// A relay whose NATS is unreachable (here: the server is gone) claims
+// nothing, so that relays of other processes publish the rows at once
+// instead of after its lease.
+//
+// Breaking it: claiming without first checking NATS leaves the rows claimed
+// by this relay (publish_count 1, claimed_by set) for the lease, which is
+// how one process cut off from NATS delayed every service's results by 30 s.
+func TestRelayThatCannotReachNATSClaimsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pipetest.Options{})
+	b.enqueue(t, "cut", 3)
+	b.NATS.Shutdown()
+	r := outbox.New(outbox.Config{ID: "cut-off", ProbeTimeout: 200 * time.Millisecond}, b.Store, b.Bus, b.Log)
+	n, err := r.RunOnce(b.Ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	for _, row := range b.Outbox(t) {
+		require.Zero(t, row.PublishCount, "row %s was claimed", row.MsgID)
+		require.Empty(t, row.ClaimedBy, "row %s", row.MsgID)
+	}
+}

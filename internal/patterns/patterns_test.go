@@ -168,13 +168,9 @@ func TestPattern2ReplayAfterCrash(t *testing.T) {
 	require.Len(t, atts, 1)
 	require.Empty(t, atts[0].Outcome, "the attempt has no outcome")
 
-	// The replay: the same tool call, the same bytes. Inside JetStream's
-	// duplicate window it is dropped before opledger sees it...
-	dup, err := s.agent.Publish(s.ctx, in, "")
-	require.NoError(t, err)
-	require.True(t, dup, "JetStream dropped the replay inside its duplicate window")
-	// ...and once the window has passed (here: no Nats-Msg-Id), the ledger
-	// recognises the event id and answers with the operation as it is.
+	// The replay: the same tool call, the same bytes, sent by hand as any
+	// agent's queue would redeliver it. The ledger recognises the event id
+	// and answers with the operation as it is.
 	nc, err := nats.Connect(s.Infra.NATSURL)
 	require.NoError(t, err)
 	defer nc.Close()

@@ -252,7 +252,7 @@ func TestOneMaintenanceLeader(t *testing.T) {
 		return st
 	}
 	a, b := open(), open()
-	la, err := a.TryLead(ctx, "a")
+	la, err := a.TryLead(ctx, "a", 10*time.Second)
 	require.NoError(t, err)
 	require.NotNil(t, la)
 	released := false
@@ -261,14 +261,14 @@ func TestOneMaintenanceLeader(t *testing.T) {
 			la.Release() // a's pool cannot close while the lock's connection is out
 		}
 	})
-	lb, err := b.TryLead(ctx, "b")
+	lb, err := b.TryLead(ctx, "b", 10*time.Second)
 	require.NoError(t, err)
 	require.Nil(t, lb, "a leads")
 	holder, _, err := b.Leader(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "a", holder)
 
-	again, err := a.TryLead(ctx, "a-again")
+	again, err := a.TryLead(ctx, "a-again", 10*time.Second)
 	require.NoError(t, err)
 	require.Nil(t, again, "the lock is the session's: another connection of the same process does not get it")
 
@@ -285,7 +285,7 @@ func TestOneMaintenanceLeader(t *testing.T) {
 	released = true
 	// The killed backend releases its locks as it exits, a moment later.
 	require.Eventually(t, func() bool {
-		lb, err = b.TryLead(ctx, "b")
+		lb, err = b.TryLead(ctx, "b", 10*time.Second)
 		return err == nil && lb != nil
 	}, 5*time.Second, 10*time.Millisecond, "b takes over once a's session is gone")
 	holder, _, err = b.Leader(ctx)
