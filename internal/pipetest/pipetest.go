@@ -53,6 +53,9 @@ type Options struct {
 	// EditRegistry, when set, changes the example registry before it is
 	// loaded (see internal/regedit).
 	EditRegistry func([]byte) ([]byte, error)
+	// ShippedApplyBound keeps every tool's apply_bound as the example
+	// registry declares it, instead of DefaultApplyBound.
+	ShippedApplyBound bool
 }
 
 // Env is one test's private pipeline infrastructure. Everything is closed in
@@ -103,7 +106,7 @@ func Start(t *testing.T, opts Options) *Env {
 	require.NoError(t, err)
 	t.Cleanup(e.Vendors.Close)
 
-	e.Registry = loadRegistry(t, e.Vendors.URL(), opts.ToolTimeout, opts.EditRegistry)
+	e.Registry = loadRegistry(t, e.Vendors.URL(), opts.ToolTimeout, opts.ShippedApplyBound, opts.EditRegistry)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	t.Cleanup(client.CloseIdleConnections)
 	e.Adapters, err = e.Registry.Adapters(client)
@@ -123,10 +126,10 @@ const DefaultApplyBound = 2 * time.Second
 // exactly what ships.
 func LoadRegistry(t *testing.T, vendorURL string, timeout time.Duration) *registry.Registry {
 	t.Helper()
-	return loadRegistry(t, vendorURL, timeout, nil)
+	return loadRegistry(t, vendorURL, timeout, false, nil)
 }
 
-func loadRegistry(t *testing.T, vendorURL string, timeout time.Duration, edit func([]byte) ([]byte, error)) *registry.Registry {
+func loadRegistry(t *testing.T, vendorURL string, timeout time.Duration, shippedBound bool, edit func([]byte) ([]byte, error)) *registry.Registry {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(RepoRoot(t), "examples", "registry.yaml"))
 	require.NoError(t, err)
@@ -136,8 +139,10 @@ func loadRegistry(t *testing.T, vendorURL string, timeout time.Duration, edit fu
 	}
 	data, err = regedit.Set(data, "timeout", timeout.String(), nil)
 	require.NoError(t, err)
-	data, err = regedit.Set(data, "apply_bound", max(DefaultApplyBound, timeout).String(), func(tl regedit.Tool) bool { return !tl.VendorIdempotency })
-	require.NoError(t, err)
+	if !shippedBound {
+		data, err = regedit.Set(data, "apply_bound", max(DefaultApplyBound, timeout).String(), func(tl regedit.Tool) bool { return !tl.VendorIdempotency })
+		require.NoError(t, err)
+	}
 	urls := map[string]string{}
 	for _, v := range []string{"payments", "email", "tickets", "crm", "accounts"} {
 		urls[v] = vendorURL

@@ -48,6 +48,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/opledger/opledger/internal/regedit"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/internal/vendors"
@@ -150,7 +151,9 @@ func Start(t testing.TB, opts Options) *System {
 	if err != nil {
 		t.Fatalf("proctest: %v", err)
 	}
-	s.registry = filepath.Join(root, "examples", "registry.yaml")
+	if s.registry, err = writeRegistry(t.TempDir(), filepath.Join(root, "examples", "registry.yaml")); err != nil {
+		t.Fatalf("proctest: %v", err)
+	}
 
 	s.DBURL = testdb.New(t)
 	ctx := context.Background()
@@ -509,4 +512,25 @@ func (s *System) Procs() []*Proc {
 		out = append(out, s.procs[name])
 	}
 	return out
+}
+
+// VendorApplyBound is the apply_bound the harness declares for tools whose
+// vendor does not dedupe by our key: the stand-in vendors apply a request
+// within a latency fault's delay, which these tests keep below it (the
+// shipped registry promises a real mail vendor's 90 s).
+const VendorApplyBound = 10 * time.Second
+
+// writeRegistry writes the example registry with VendorApplyBound into dir
+// and returns the file's path; everything else is exactly what ships.
+func writeRegistry(dir, example string) (string, error) {
+	data, err := os.ReadFile(example)
+	if err != nil {
+		return "", err
+	}
+	data, err = regedit.Set(data, "apply_bound", VendorApplyBound.String(), func(tl regedit.Tool) bool { return !tl.VendorIdempotency })
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "registry.yaml")
+	return path, os.WriteFile(path, data, 0o600)
 }

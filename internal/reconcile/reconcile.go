@@ -143,7 +143,9 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	if v.event == "" {
 		wait := sched.Interval
 		if v.wait > 0 {
-			wait = v.wait
+			// Not found, and not yet to be trusted: look again at the
+			// tool's interval, and at the latest when it can be trusted.
+			wait = min(wait, v.wait)
 		}
 		if sched.Deadline > 0 {
 			// Never sleep past the deadline: look then, and decide.

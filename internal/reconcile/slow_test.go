@@ -105,3 +105,65 @@ func TestSlowVendorNeverGetsASecondRequest(t *testing.T) {
 		})
 	}
 }
+
+// The same at full scale, with the bounds the example registry ships
+// (send_email: its vendor promises to apply a request within 90 s; the
+// others dedupe by our key and may be sent again at once): every tool with
+// an effect, vendors taking 60 s to apply (shorter latencies: the test above) a request whose call
+// timed out after half a second. Each operation is driven the way
+// redeliveries would, every half second, until it settles; the vendor then
+// holds exactly one effect.
+//
+// Breaking it: a bound shorter than the vendor's latency (or none) sends the
+// email again while the first request is still at the vendor: two emails.
+func TestSlowVendorUpToAMinute(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("takes about 100 s; runs in the full suite")
+	}
+	type tool struct {
+		name, route, kind, args string
+	}
+	tools := []tool{
+		{"capture_payment", vendors.RouteCapture, vendors.KindCapture, `{"order_id":"slow_min","customer_id":"c","amount_cents":4900,"currency":"USD"}`},
+		{"create_payment_intent", vendors.RoutePaymentIntent, vendors.KindPaymentIntent, `{"order_id":"slow_min","customer_id":"c","amount_cents":4900,"currency":"usd"}`},
+		{"send_email", vendors.RouteEmail, vendors.KindEmail, `{"to":"slow_min@example.com","template":"payment_receipt","reference":"r_min"}`},
+		{"create_ticket", vendors.RouteTicket, vendors.KindTicket, `{"conversation_id":"slow_min","queue":"billing","summary":"s"}`},
+		{"update_crm_record", vendors.RouteCRM, vendors.KindCRM, `{"record_id":"slow_min","field":"status","value":"active"}`},
+	}
+	for _, tl := range tools {
+		for _, lat := range []time.Duration{60 * time.Second} {
+			t.Run(fmt.Sprintf("%s_%s", tl.name, lat), func(t *testing.T) {
+				t.Parallel()
+				e := pipetest.Start(t, pipetest.Options{ShippedApplyBound: true})
+				tool := e.Tool(t, tl.name)
+				require.True(t, tool.Adapter.VendorIdempotency || tool.ApplyBound > lat,
+					"%s: the shipped bound (%s) must cover a vendor taking %s", tl.name, tool.ApplyBound, lat)
+				d := dispatch.New(dispatch.Config{Name: "dispatcher-1"}, e.Store, e.Bus, e.Registry, e.Adapters, nil, e.Log)
+				rc := reconcile.New(reconcile.Config{Name: "reconciler-1", SettleDelay: settleDelay}, e.Store, e.Bus, e.Registry, e.Adapters, nil, e.Log)
+				require.NoError(t, e.Vendors.InjectFault(vendors.Fault{Route: tl.route, Kind: vendors.FaultLatency, Delay: lat}))
+				o := e.Submit(t, wire.Intent{EventID: "evt_" + tl.name, WorkflowID: "wf_1", Tool: tl.name, Args: json.RawMessage(tl.args)})
+				deadline := time.Now().Add(lat + tool.ApplyBound + 30*time.Second)
+				for n := 1; !o.State.Terminal() && time.Now().Before(deadline); n++ {
+					switch o.State {
+					case op.StatePendingDispatch:
+						require.NoError(t, d.Handle(e.Ctx, e.LastCommand(t, o, wire.KindDispatch).Delivery(1)))
+					case op.StateUnknownOutcome, op.StateAcknowledged:
+						_ = rc.Handle(e.Ctx, e.LastCommand(t, o, wire.KindUnknown).Delivery(uint64(min(n, 2))))
+						time.Sleep(500 * time.Millisecond)
+					default:
+						time.Sleep(100 * time.Millisecond)
+					}
+					o = e.Operation(t, o.ID)
+				}
+				require.Equal(t, op.StateCompletedSuccess, o.State, "%s: %s", o.State, o.LastError)
+				time.Sleep(time.Until(o.CreatedAt.Add(lat + 2*time.Second))) // every request sent has been applied by now
+				effects := e.Vendors.EffectsByKey(tl.kind)
+				require.Len(t, effects, 1, "%v", effects)
+				for key, n := range effects {
+					require.Equal(t, 1, n, "%s applied %d times", key, n)
+				}
+			})
+		}
+	}
+}
