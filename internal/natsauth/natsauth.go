@@ -45,9 +45,12 @@ func PasswordFile(dir, user string) string {
 
 // Write makes a random password for every user of the configuration
 // conf and writes, under dir, passwords.conf (the variables conf
-// includes, each a bcrypt hash of the given cost) and
-// secrets/<user>.password (the password itself, mode 0600). Existing
-// files are replaced. cost is bcrypt's, between bcrypt.MinCost (tests)
+// includes, each a bcrypt hash of the given cost; mode 0600) and
+// secrets/<user>.password (the password itself). The secrets directory
+// is 0700, so only its owner on the host reaches the passwords; the files
+// in it are 0644 because compose bind-mounts each one into a container
+// whose process is another user (distroless nonroot), and the mount keeps
+// the host's owner and mode. Existing files are replaced. cost is bcrypt's, between bcrypt.MinCost (tests)
 // and bcrypt.MaxCost; 11 is nats-server's own default.
 func Write(dir string, conf []byte, cost int) (Secrets, error) {
 	users := Users(conf)
@@ -55,6 +58,9 @@ func Write(dir string, conf []byte, cost int) (Secrets, error) {
 		return nil, fmt.Errorf("natsauth: the configuration has no user with a $VARIABLE password")
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "secrets"), 0o700); err != nil {
+		return nil, fmt.Errorf("natsauth: secrets dir: %w", err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "secrets"), 0o700); err != nil {
 		return nil, fmt.Errorf("natsauth: secrets dir: %w", err)
 	}
 	var b strings.Builder
@@ -71,7 +77,7 @@ func Write(dir string, conf []byte, cost int) (Secrets, error) {
 			return nil, fmt.Errorf("natsauth: bcrypt for %s: %w", u.Name, err)
 		}
 		fmt.Fprintf(&b, "%s: %q\n", u.Var, hash)
-		if err := os.WriteFile(PasswordFile(dir, u.Name), []byte(pw+"\n"), 0o600); err != nil {
+		if err := os.WriteFile(PasswordFile(dir, u.Name), []byte(pw+"\n"), 0o644); err != nil {
 			return nil, fmt.Errorf("natsauth: password file for %s: %w", u.Name, err)
 		}
 		secrets[u.Name] = pw
