@@ -8,6 +8,7 @@ package natsauth
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,7 +45,7 @@ func PasswordFile(dir, user string) string {
 }
 
 // Write makes a random password for every user of the configuration
-// conf and writes, under dir, passwords.conf (the variables conf
+// conf that has none yet (rotate: for every user) and writes, under dir, passwords.conf (the variables conf
 // includes, each a bcrypt hash of the given cost; mode 0600) and
 // secrets/<user>.password (the password itself). The secrets directory
 // is 0700, so only its owner on the host reaches the passwords; the files
@@ -52,7 +53,11 @@ func PasswordFile(dir, user string) string {
 // whose process is another user (distroless nonroot), and the mount keeps
 // the host's owner and mode. Existing files are replaced. cost is bcrypt's, between bcrypt.MinCost (tests)
 // and bcrypt.MaxCost; 11 is nats-server's own default.
-func Write(dir string, conf []byte, cost int) (Secrets, error) {
+//
+// A user whose password file exists keeps its password unless rotate is
+// set, so adding a tenant to nats.conf and running it again changes
+// nothing for the others (passwords.conf gets new salts, same passwords).
+func Write(dir string, conf []byte, cost int, rotate bool) (Secrets, error) {
 	users := Users(conf)
 	if len(users) == 0 {
 		return nil, fmt.Errorf("natsauth: the configuration has no user with a $VARIABLE password")
@@ -67,11 +72,21 @@ func Write(dir string, conf []byte, cost int) (Secrets, error) {
 	b.WriteString("# Written by deploy/nats/genpasswd: bcrypt hashes of the passwords in secrets/.\n# Do not commit.\n")
 	secrets := Secrets{}
 	for _, u := range users {
-		raw := make([]byte, 24)
-		if _, err := rand.Read(raw); err != nil {
-			return nil, fmt.Errorf("natsauth: random password: %w", err)
+		pw := ""
+		if !rotate {
+			if old, err := os.ReadFile(PasswordFile(dir, u.Name)); err == nil {
+				pw = strings.TrimRight(string(old), "\r\n")
+			} else if !errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("natsauth: password file for %s: %w", u.Name, err)
+			}
 		}
-		pw := base64.RawURLEncoding.EncodeToString(raw)
+		if pw == "" {
+			raw := make([]byte, 24)
+			if _, err := rand.Read(raw); err != nil {
+				return nil, fmt.Errorf("natsauth: random password: %w", err)
+			}
+			pw = base64.RawURLEncoding.EncodeToString(raw)
+		}
 		hash, err := bcrypt.GenerateFromPassword([]byte(pw), cost)
 		if err != nil {
 			return nil, fmt.Errorf("natsauth: bcrypt for %s: %w", u.Name, err)

@@ -28,7 +28,7 @@ func TestWriteSecretsForTheShippedConfig(t *testing.T) {
 	require.Equal(t, []string{"planner-ingest", "dispatcher", "reconciler", "compensator", "agent-acme", "agent-globex", "agent-default"}, names)
 
 	dir := t.TempDir()
-	secrets, err := natsauth.Write(dir, conf, bcrypt.MinCost)
+	secrets, err := natsauth.Write(dir, conf, bcrypt.MinCost, false)
 	require.NoError(t, err)
 	hashes, err := os.ReadFile(filepath.Join(dir, "passwords.conf"))
 	require.NoError(t, err)
@@ -39,6 +39,13 @@ func TestWriteSecretsForTheShippedConfig(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, pw+"\n", string(got))
 	}
+	// Again: passwords are kept, unless rotated.
+	again, err := natsauth.Write(dir, conf, bcrypt.MinCost, false)
+	require.NoError(t, err)
+	require.Equal(t, secrets, again)
+	rotated, err := natsauth.Write(dir, conf, bcrypt.MinCost, true)
+	require.NoError(t, err)
+	require.NotEqual(t, secrets["dispatcher"], rotated["dispatcher"])
 	fi, err := os.Stat(filepath.Join(dir, "secrets"))
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm())

@@ -36,7 +36,7 @@ func startServer(t *testing.T) *server {
 	require.NoError(t, err)
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "nats.conf"), conf, 0o600))
-	secrets, err := natsauth.Write(dir, conf, bcrypt.MinCost)
+	secrets, err := natsauth.Write(dir, conf, bcrypt.MinCost, false)
 	require.NoError(t, err)
 	ns, err := natsembed.Start(natsembed.Options{ConfigFile: filepath.Join(dir, "nats.conf")})
 	require.NoError(t, err)

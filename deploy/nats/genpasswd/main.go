@@ -5,8 +5,10 @@
 //
 //	go run ./deploy/nats/genpasswd -dir deploy/nats
 //
-// Running it again replaces every password: restart the server and the
-// clients afterwards.
+// Running it again keeps the passwords that exist (a new user, such as a new
+// tenant's agent, gets one) and rewrites passwords.conf; reload the server
+// (nats-server --signal reload, or docker compose kill -s HUP nats).
+// -rotate replaces every password: restart the clients with theirs.
 package main
 
 import (
@@ -23,6 +25,7 @@ func main() {
 	dir := flag.String("dir", "deploy/nats", "directory holding nats.conf; passwords.conf and secrets/ are written there")
 	conf := flag.String("conf", "", "the configuration to read users from (default <dir>/nats.conf)")
 	cost := flag.Int("cost", 11, "bcrypt cost")
+	rotate := flag.Bool("rotate", false, "replace every password, not only the missing ones")
 	flag.Parse()
 	if *conf == "" {
 		*conf = filepath.Join(*dir, "nats.conf")
@@ -32,7 +35,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "genpasswd:", err)
 		os.Exit(1)
 	}
-	secrets, err := natsauth.Write(*dir, data, *cost)
+	secrets, err := natsauth.Write(*dir, data, *cost, *rotate)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "genpasswd:", err)
 		os.Exit(1)
