@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -144,4 +145,54 @@ func TestServiceConnectsWithNkey(t *testing.T) {
 	require.True(t, isAuthError(err), "another key is refused, got %v", err)
 	err = connectAs(t, url, bus.Auth{})
 	require.True(t, isAuthError(err), "no key is refused, got %v", err)
+}
+
+// A service authenticates with a creds file against a server in operator
+// mode (accounts and users as JWTs). Breaking it: Auth.Options not loading
+// the JWT and signing with the seed in the file.
+func TestServiceConnectsWithCreds(t *testing.T) {
+	t.Parallel()
+	okp, err := nkeys.CreateOperator()
+	require.NoError(t, err)
+	opub, err := okp.PublicKey()
+	require.NoError(t, err)
+	ojwt, err := jwt.NewOperatorClaims(opub).Encode(okp)
+	require.NoError(t, err)
+	akp, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	apub, err := akp.PublicKey()
+	require.NoError(t, err)
+	ajwt, err := jwt.NewAccountClaims(apub).Encode(okp)
+	require.NoError(t, err)
+	creds := func(name string, signer nkeys.KeyPair) string {
+		ukp, err := nkeys.CreateUser()
+		require.NoError(t, err)
+		upub, err := ukp.PublicKey()
+		require.NoError(t, err)
+		uc := jwt.NewUserClaims(upub)
+		uc.IssuerAccount = apub
+		ujwt, err := uc.Encode(signer)
+		require.NoError(t, err)
+		seed, err := ukp.Seed()
+		require.NoError(t, err)
+		data, err := jwt.FormatUserConfig(ujwt, seed)
+		require.NoError(t, err)
+		path := filepath.Join(t.TempDir(), name+".creds")
+		require.NoError(t, os.WriteFile(path, data, 0o600))
+		return path
+	}
+	skp, err := nkeys.CreateAccount() // the system account JetStream needs
+	require.NoError(t, err)
+	spub, err := skp.PublicKey()
+	require.NoError(t, err)
+	sjwt, err := jwt.NewAccountClaims(spub).Encode(okp)
+	require.NoError(t, err)
+	url := startConf(t, fmt.Sprintf("operator: %q\nsystem_account: %s\nresolver: MEMORY\nresolver_preload: { %s: %q, %s: %q }\n",
+		ojwt, spub, apub, ajwt, spub, sjwt))
+
+	require.NoError(t, connectAs(t, url, bus.Auth{CredsFile: creds("svc", akp)}))
+	stranger, err := nkeys.CreateAccount() // signs a user for an account the server does not know
+	require.NoError(t, err)
+	err = connectAs(t, url, bus.Auth{CredsFile: creds("stranger", stranger)})
+	require.True(t, isAuthError(err), "a user signed by an unknown key is refused, got %v", err)
 }
