@@ -68,7 +68,8 @@ func Tenant(tenant string) Option { return func(s *settings) { s.tenant = tenant
 
 // NATSOptions passes connection options to nats.Connect: credentials
 // (nats.UserCredentials, nats.UserInfo, nats.Token, nats.Nkey), TLS
-// (nats.RootCAs, nats.ClientCert) and the like.
+// (nats.RootCAs, nats.ClientCert) and the like. nats.CustomInboxPrefix
+// here replaces the client's default inbox, InboxPrefix(tenant).
 func NATSOptions(o ...nats.Option) Option {
 	return func(s *settings) { s.nats = append(s.nats, o...) }
 }
