@@ -122,7 +122,6 @@ func TestAgentDenials(t *testing.T) {
 	for _, subject := range []string{
 		"opledger.results.>",
 		"opledger.results.globex.>",
-		"opledger.results.acme.>", // results come through its stream, not a plain subscription
 		"opledger.intents.>",
 		"opledger.ops.>",
 		"opledger.alerts.>",
@@ -196,6 +195,21 @@ func TestAgentSeesOnlyItsTenant(t *testing.T) {
 	ainfo, err := ast.Info(c, jetstream.WithSubjectFilter(">"))
 	require.NoError(t, err)
 	require.Equal(t, map[string]uint64{"opledger.results.acme.wf_1": 1}, ainfo.State.Subjects)
+
+	// A plain subscription to acme's results is allowed and sees acme's
+	// results live, and nothing of globex's published at the same time.
+	live := s.raw(t, "agent-acme", client.InboxPrefix("acme"))
+	lsub, err := live.nc.SubscribeSync("opledger.results.acme.>")
+	require.NoError(t, err)
+	require.NoError(t, live.nc.Flush())
+	for _, tenant := range []string{"globex", "acme"} {
+		_, err := svc.Publish(c, bus.Message{Subject: wire.TenantResultSubject(tenant, "wf_live"), MsgID: "live_" + tenant, Data: []byte(`{}`)})
+		require.NoError(t, err)
+	}
+	lm, err := lsub.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "opledger.results.acme.wf_live", lm.Subject)
+	live.noViolations(t)
 
 	// globex's consumer, even by name, is not within acme's reach: it lives
 	// in globex's account.
