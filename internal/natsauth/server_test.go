@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
@@ -48,6 +49,14 @@ func startServer(t *testing.T) *server {
 // its inbox.
 func (s *server) serviceAuth(service string) bus.Auth {
 	return bus.Auth{User: service, PasswordFile: natsauth.PasswordFile(s.dir, service), InboxPrefix: app.ServiceInboxPrefix(service)}
+}
+
+// serviceJS is JetStream on a raw connection as a service's user.
+func (s *server) serviceJS(t *testing.T, service string) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(s.raw(t, service, app.ServiceInboxPrefix(service)).nc)
+	require.NoError(t, err)
+	return js
 }
 
 // agent connects pkg/client as the agent of tenant.
