@@ -30,15 +30,13 @@ type ServiceConfig struct {
 	Name        string // one of AllServices
 	DatabaseURL string
 	NATSURL     string
-	// NATSAuth holds the NATS credentials and TLS settings (NATSAuthFlags).
-	NATSAuth  bus.Auth
-	Registry  RegistryConfig
-	Instance  string
-	Instances int // dispatcher instances in this process
-	Relays    int
-	Migrate   bool
-	LogLevel  string
-	LogFormat string
+	Registry    RegistryConfig
+	Instance    string
+	Instances   int // dispatcher instances in this process
+	Relays      int
+	Migrate     bool
+	LogLevel    string
+	LogFormat   string
 	// HTTPAddr serves /metrics, /healthz and /readyz, and for planner-ingest
 	// the operators' API (internal/api).
 	HTTPAddr string
@@ -49,6 +47,9 @@ type ServiceConfig struct {
 	ConnectTimeout time.Duration
 	// Stderr receives the logs.
 	Stderr io.Writer
+
+	// NATSAuth holds the NATS credentials and TLS settings (NATSAuthFlags).
+	NATSAuth bus.Auth
 }
 
 // ParseServiceFlags reads a service binary's configuration from its command

@@ -38,11 +38,7 @@ var AllServices = []string{PlannerIngest, Dispatcher, Reconciler, Compensator}
 type ServicesConfig struct {
 	DatabaseURL string
 	NATSURL     string
-	// NATSAuth is how every NATS connection of the process authenticates.
-	// An empty InboxPrefix becomes ServiceInboxPrefix of the service when
-	// the process runs one service (of "opledger" otherwise).
-	NATSAuth bus.Auth
-	Registry *registry.Registry
+	Registry    *registry.Registry
 	// Run lists the services to start (AllServices when empty).
 	Run []string
 	// Instance prefixes instance names in attempt rows and logs (default the host name).
@@ -67,6 +63,11 @@ type ServicesConfig struct {
 	HTTPClient *http.Client
 	Metrics    *telemetry.Metrics
 	Log        zerolog.Logger
+
+	// NATSAuth is how every NATS connection of the process authenticates.
+	// An empty InboxPrefix becomes ServiceInboxPrefix of the service when
+	// the process runs one service (of "opledger" otherwise).
+	NATSAuth bus.Auth
 }
 
 // Services are running services.

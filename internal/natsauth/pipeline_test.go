@@ -48,7 +48,8 @@ func (s *syncBuffer) String() string {
 // own user with only its permissions, as separate processes would (one
 // StartServices each, with its own NATS connections and outbox relay), and
 // agents of three tenants get their operations done, an unknown outcome
-// included (dispatcher → reconciler). Breaking it: a permission a service
+// included (dispatcher → reconciler), and a permanent failure reaches the
+// compensator. Breaking it: a permission a service
 // needs missing from nats.conf (its consumer is never created, its relay's
 // publishes are refused, or a reply never reaches its inbox), which the
 // server also reports and the services log as "nats error".
