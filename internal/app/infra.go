@@ -88,7 +88,7 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (_ *Infra, err error) {
 		in.NATSURL = in.nats.URL()
 		in.Where = append(in.Where, "nats: embedded JetStream at "+in.NATSURL)
 	} else {
-		in.Where = append(in.Where, "nats: "+bus.RedactURL(in.NATSURL))
+		in.Where = append(in.Where, "nats: "+redact(in.NATSURL))
 	}
 	b, err := bus.ConnectAuth(ctx, in.NATSURL, "opledger-setup", cfg.NATSAuth, cfg.Log)
 	if err != nil {
