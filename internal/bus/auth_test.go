@@ -63,6 +63,9 @@ func TestAuthOptionsReadSecretFiles(t *testing.T) {
 	require.ErrorIs(t, err, op.ErrInvalid, "a CA file without a certificate")
 }
 
+// URLs are printed with user names but never passwords or tokens, in
+// every form NATS_URL takes (a list, no scheme). Breaking it: a token-only
+// URL (nats://TOKEN@host) printed as it is, since url.User has no password.
 func TestRedactURL(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
