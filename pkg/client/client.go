@@ -124,7 +124,10 @@ func InboxPrefix(tenant string) string {
 // the services' results are imported (deploy/nats/nats.conf): there the
 // tenant keeps its own copy of its results. Where the services' RESULTS
 // stream is visible (one account for everyone) it finds that stream and
-// changes nothing. maxAge bounds how long results are kept (0: one hour).
+// changes nothing; but do not call it there before the services have
+// started: a RESULTS made by a client first would take only its tenant's
+// subjects, and the services would keep it as they found it. maxAge
+// bounds how long results are kept (0: one hour).
 func (c *Client) EnsureResultsStream(ctx context.Context, maxAge time.Duration) error {
 	if maxAge <= 0 {
 		maxAge = time.Hour
