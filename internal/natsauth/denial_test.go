@@ -272,6 +272,7 @@ func TestServiceDenials(t *testing.T) {
 		"$JS.API.STREAM.PURGE.INTENTS",
 		"$JS.API.STREAM.MSG.DELETE.OPS",
 		"$JS.API.STREAM.CREATE.OTHER",
+		"$JS.API.STREAM.UPDATE.RESULTS", // nothing of it is enforced, so nothing to update
 		"_INBOX_acme.abc",
 	} {
 		d.deniedPublish(t, subject)
@@ -279,4 +280,32 @@ func TestServiceDenials(t *testing.T) {
 	for _, subject := range []string{"_INBOX_SVC.planner-ingest.>", "_INBOX_acme.>", "_INBOX.>", "opledger.results.>", "opledger.ops.>", "$JS.EVENT.>"} {
 		d.deniedSubscribe(t, subject)
 	}
+}
+
+// A service fixes the settings bus.EnsureStreams enforces on streams it
+// finds (OPS keeping one message per subject, INTENTS' short duplicate
+// window), with the STREAM.UPDATE it is allowed. Breaking it: removing
+// those permissions from nats.conf (EnsureStreams then fails at start).
+func TestServiceFixesStreamSettings(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	c := ctx(t)
+	js := s.serviceJS(t, "planner-ingest")
+	_, err := js.CreateStream(c, jetstream.StreamConfig{Name: wire.StreamOps, Subjects: []string{wire.OpsSubjectPrefix + ">"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.MemoryStorage})
+	require.NoError(t, err)
+	_, err = js.CreateStream(c, jetstream.StreamConfig{Name: wire.StreamIntents, Subjects: []string{wire.IntentSubjectPrefix + ">"},
+		Duplicates: time.Hour, Storage: jetstream.MemoryStorage})
+	require.NoError(t, err)
+
+	b, err := bus.ConnectAuth(c, s.url, "dispatcher", s.serviceAuth("dispatcher"), zerolog.Nop())
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	require.NoError(t, b.EnsureStreams(c, bus.StreamOptions{Memory: true}))
+	st, err := js.Stream(c, wire.StreamOps)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), st.CachedInfo().Config.MaxMsgsPerSubject)
+	st, err = js.Stream(c, wire.StreamIntents)
+	require.NoError(t, err)
+	require.Equal(t, bus.IntentDuplicateWindow, st.CachedInfo().Config.Duplicates)
 }
