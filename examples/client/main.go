@@ -16,6 +16,12 @@
 // -event-id and the same -order to see duplicate_operation: either way the
 // card is charged once. An -amount over 1000000 cents needs approval, so the
 // wait ends at awaiting_approval.
+//
+// Against compose.yaml's NATS (deploy/nats/nats.conf), connect as a tenant's
+// agent:
+//
+//	go run ./examples/client -tenant acme -nats-user agent-acme \
+//	    -nats-password-file deploy/nats/secrets/agent-acme.password
 package main
 
 import (
@@ -25,7 +31,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/opledger/opledger/pkg/client"
 	"github.com/opledger/opledger/pkg/op"
@@ -46,17 +55,36 @@ func run() error {
 	order := flag.String("order", "order_123", "order to capture the payment for")
 	amount := flag.Int("amount", 4900, "amount in cents")
 	timeout := flag.Duration("timeout", 30*time.Second, "how long to wait for the final result")
+	tenant := flag.String("tenant", "", "tenant to act for (default: the default tenant)")
+	user := flag.String("nats-user", "", "NATS user (a tenant's agent)")
+	pwFile := flag.String("nats-password-file", "", "file holding the NATS user's password")
 	flag.Parse()
 
 	url := os.Getenv("NATS_URL")
 	if url == "" {
 		url = "nats://127.0.0.1:4222"
 	}
-	cl, err := client.Connect(url, "example-agent")
+	opts := []client.Option{client.Tenant(*tenant)}
+	if *user != "" {
+		pw, err := os.ReadFile(*pwFile)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, client.NATSOptions(nats.UserInfo(*user, strings.TrimSpace(string(pw)))))
+	}
+	cl, err := client.Connect(url, "example-agent", opts...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	if *user != "" {
+		// With an account per tenant, the tenant keeps its own RESULTS.
+		ectx, ecancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer ecancel()
+		if err := cl.EnsureResultsStream(ectx, 0); err != nil {
+			return err
+		}
+	}
 
 	args, err := json.Marshal(map[string]any{
 		"order_id": *order, "customer_id": "cust_456", "amount_cents": *amount, "currency": "USD",

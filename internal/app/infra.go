@@ -24,6 +24,9 @@ type InfraConfig struct {
 	// NATSURL, when set, is used as is; otherwise an embedded NATS server
 	// with JetStream is started on a free port, storing under DataDir/nats.
 	NATSURL string
+	// NATSAuth authenticates the connection that sets up the streams on a
+	// NATS server given by NATSURL.
+	NATSAuth bus.Auth
 	// DataDir keeps the private cluster's and embedded server's data across
 	// restarts; "" uses temporary directories removed on Close.
 	DataDir string
@@ -87,7 +90,7 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (_ *Infra, err error) {
 	} else {
 		in.Where = append(in.Where, "nats: "+redact(in.NATSURL))
 	}
-	b, err := bus.Connect(ctx, in.NATSURL, "opledger-setup", cfg.Log)
+	b, err := bus.ConnectAuth(ctx, in.NATSURL, "opledger-setup", cfg.NATSAuth, cfg.Log)
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/opledger/opledger/internal/api"
+	"github.com/opledger/opledger/internal/bus"
 	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/schema"
@@ -46,6 +47,9 @@ type ServiceConfig struct {
 	ConnectTimeout time.Duration
 	// Stderr receives the logs.
 	Stderr io.Writer
+
+	// NATSAuth holds the NATS credentials and TLS settings (NATSAuthFlags).
+	NATSAuth bus.Auth
 }
 
 // ParseServiceFlags reads a service binary's configuration from its command
@@ -68,6 +72,7 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	}
 	fs.StringVar(&cfg.DatabaseURL, "database-url", env("DATABASE_URL", ""), "Postgres connection string [DATABASE_URL]")
 	fs.StringVar(&cfg.NATSURL, "nats-url", env("NATS_URL", ""), "NATS URL [NATS_URL]")
+	natsAuth := NATSAuthFlags(fs, env)
 	var registries []string
 	if v := env("OPLEDGER_REGISTRY", ""); v != "" {
 		registries = strings.Split(v, ",")
@@ -99,6 +104,10 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	if cfg.ConnectTimeout <= 0 {
 		return cfg, fmt.Errorf("%s: -connect-timeout must be positive", name)
 	}
+	if err := natsAuth.Validate(); err != nil {
+		return cfg, fmt.Errorf("%s: %w", name, err)
+	}
+	cfg.NATSAuth = *natsAuth
 	cfg.Registry = RegistryConfig{Paths: registries, LookupEnv: lookupEnv}
 	return cfg, nil
 }
@@ -144,7 +153,7 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s, err := StartServices(ctx, ServicesConfig{
-		DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL, Registry: reg, Run: []string{cfg.Name},
+		DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
 		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays,
 		Metrics: telemetry.NewMetrics(promReg), Log: base,
 	})
@@ -195,9 +204,14 @@ func waitForDependencies(ctx context.Context, cfg ServiceConfig, log zerolog.Log
 		}
 		_, serr := schema.Pending(tctx, conn)
 		conn.Close(context.WithoutCancel(ctx))
-		nc, err := nats.Connect(cfg.NATSURL, nats.Name(cfg.Instance+"/probe"), nats.Timeout(5*time.Second))
+		aopts, err := cfg.NATSAuth.Options()
 		if err != nil {
-			log.Warn().Int("try", try).Str("dependency", "nats").Str("error", redactErr(err, cfg.NATSURL)).Msg("waiting for dependency")
+			return backoff.Permanent(err) // a missing secret file does not appear by waiting
+		}
+		nc, err := nats.Connect(cfg.NATSURL, append([]nats.Option{nats.Name(cfg.Instance + "/probe"), nats.Timeout(5 * time.Second)}, aopts...)...)
+		if err != nil {
+			log.Warn().Int("try", try).Str("dependency", "nats").Str("nats_url", bus.RedactURL(cfg.NATSURL)).
+				Str("nats_credential", cfg.NATSAuth.Kind()).Str("error", redactErr(err, cfg.NATSURL)).Msg("waiting for dependency")
 			return err
 		}
 		nc.Close()

@@ -145,3 +145,42 @@ func TestServiceReadiness(t *testing.T) {
 	require.True(t, r.Ready, "%+v", r)
 	require.False(t, strings.Contains(fmt.Sprint(r.Checks), "not found"))
 }
+
+// NATS credentials come from flags or OPLEDGER_NATS_* variables, flags
+// winning, and two kinds at once are refused at start. Breaking it: a flag
+// not wired to its variable, or a combination let through.
+func TestServiceNATSAuthFlags(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"DATABASE_URL": "postgres://x", "NATS_URL": "nats://127.0.0.1:1"}
+	with := func(extra map[string]string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	cfg, err := app.ParseServiceFlags(app.Dispatcher, nil, env(with(map[string]string{
+		"OPLEDGER_NATS_USER": "dispatcher", "OPLEDGER_NATS_PASSWORD_FILE": "/run/secrets/dispatcher.password",
+		"OPLEDGER_NATS_TLS_CA": "/ca.pem", "OPLEDGER_NATS_INBOX_PREFIX": "_INBOX_SVC.dispatcher",
+	})), io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, "dispatcher", cfg.NATSAuth.User)
+	require.Equal(t, "/run/secrets/dispatcher.password", cfg.NATSAuth.PasswordFile)
+	require.Equal(t, "/ca.pem", cfg.NATSAuth.TLSCA)
+	require.True(t, cfg.NATSAuth.TLS())
+	require.Equal(t, "_INBOX_SVC.dispatcher", cfg.NATSAuth.InboxPrefix)
+
+	cfg, err = app.ParseServiceFlags(app.Dispatcher, []string{"-nats-user", "other", "-nats-nkey-seed", ""},
+		env(with(map[string]string{"OPLEDGER_NATS_USER": "dispatcher", "OPLEDGER_NATS_PASSWORD": "x"})), io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, "other", cfg.NATSAuth.User, "the flag wins")
+
+	_, err = app.ParseServiceFlags(app.Dispatcher, []string{"-nats-token-file", "/t"},
+		env(with(map[string]string{"OPLEDGER_NATS_USER": "dispatcher", "OPLEDGER_NATS_PASSWORD": "x"})), io.Discard)
+	require.ErrorContains(t, err, "more than one kind of nats credential")
+	_, err = app.ParseServiceFlags(app.Dispatcher, []string{"-nats-user", "u"}, env(base), io.Discard)
+	require.ErrorContains(t, err, "without a password")
+}

@@ -63,6 +63,11 @@ type ServicesConfig struct {
 	HTTPClient *http.Client
 	Metrics    *telemetry.Metrics
 	Log        zerolog.Logger
+
+	// NATSAuth is how every NATS connection of the process authenticates.
+	// An empty InboxPrefix becomes ServiceInboxPrefix of the service when
+	// the process runs one service (of "opledger" otherwise).
+	NATSAuth bus.Auth
 }
 
 // Services are running services.
@@ -154,8 +159,12 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 	if len(run) == 1 {
 		process = run[0]
 	}
+	auth := cfg.NATSAuth
+	if auth.InboxPrefix == "" {
+		auth.InboxPrefix = ServiceInboxPrefix(process)
+	}
 	connect := func(name string, log zerolog.Logger) (*bus.Bus, error) {
-		b, err := bus.Connect(ctx, cfg.NATSURL, name, log)
+		b, err := bus.ConnectAuth(ctx, cfg.NATSURL, name, auth, log)
 		if err == nil {
 			s.buses = append(s.buses, b)
 		}

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -39,17 +38,40 @@ type Bus struct {
 
 type boundConsumer struct{ stream, durable string }
 
-// Connect dials NATS at url. name identifies the client in server monitoring.
+// Connect dials NATS at url without credentials. name identifies the
+// client in server monitoring.
 func Connect(ctx context.Context, url, name string, log zerolog.Logger) (*Bus, error) {
-	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+	return ConnectAuth(ctx, url, name, Auth{}, log)
+}
+
+// ConnectAuth dials NATS at url with the credentials and TLS settings of
+// auth. Errors never contain a secret: the URL in them is redacted
+// (RedactURL), and a refused credential reads "nats: authorization
+// violation".
+func ConnectAuth(ctx context.Context, url, name string, auth Auth, log zerolog.Logger) (*Bus, error) {
+	aopts, err := auth.Options()
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn().Err(err).Msg("nats disconnected")
 			}
 		}),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("nats reconnected") }))
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("nats reconnected") }),
+		// A permission the server refuses (a misconfigured user) is logged,
+		// never silent: the request it belongs to then times out.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			ev := log.Warn().Err(err)
+			if sub != nil {
+				ev = ev.Str("subscription", sub.Subject)
+			}
+			ev.Msg("nats error")
+		})}, aopts...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("bus: connect %s: %w", redactURL(url), err)
+		return nil, fmt.Errorf("bus: connect %s (credential %s): %w", RedactURL(url), auth.Kind(), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -641,16 +663,4 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		}
 		_ = m.NakWithDelay(delay)
 	}
-}
-
-// redactURL drops credentials from a NATS URL before it goes into an error.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable NATS URL)"
-	}
-	if u.User != nil {
-		u.User = url.User("redacted")
-	}
-	return u.String()
 }

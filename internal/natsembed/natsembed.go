@@ -32,6 +32,13 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// Logger receives the server's log lines; the zero value logs nothing.
 	Logger zerolog.Logger
+	// ConfigFile, when set, is a nats-server configuration file (such as
+	// deploy/nats/nats.conf) whose accounts, users, permissions and TLS
+	// the server runs with; includes are resolved relative to it. Host,
+	// Port and StoreDir above still decide where it listens and stores
+	// (its listen and store_dir settings are replaced), signals stay with
+	// the embedding process, and JetStream is on.
+	ConfigFile string
 }
 
 // Server is a running embedded NATS server.
@@ -74,13 +81,21 @@ func Start(opts Options) (*Server, error) {
 		s.storeDir, s.tempDir = dir, dir
 	}
 
-	ns, err := server.NewServer(&server.Options{
-		Host:      host,
-		Port:      port,
-		JetStream: true,
-		StoreDir:  s.storeDir,
-		NoSigs:    true, // the embedding process owns signals
-	})
+	sopts := &server.Options{}
+	if opts.ConfigFile != "" {
+		fopts, err := server.ProcessConfigFile(opts.ConfigFile)
+		if err != nil {
+			s.removeTemp()
+			return nil, fmt.Errorf("natsembed: config file: %w", err)
+		}
+		sopts = fopts
+	}
+	sopts.Host, sopts.Port, sopts.JetStream, sopts.StoreDir = host, port, true, s.storeDir
+	sopts.NoSigs = true // the embedding process owns signals
+	// The file may name a monitoring port or cluster; an embedded server
+	// for dev mode and tests serves clients only.
+	sopts.HTTPPort, sopts.HTTPSPort, sopts.Cluster.Port, sopts.LeafNode.Port, sopts.Gateway.Port = 0, 0, 0, 0, 0
+	ns, err := server.NewServer(sopts)
 	if err != nil {
 		s.removeTemp()
 		return nil, fmt.Errorf("natsembed: configure server: %w", err)

@@ -111,3 +111,36 @@ func TestStartErrors(t *testing.T) {
 	require.Contains(t, err.Error(), "listen")
 	require.Less(t, time.Since(start), 5*time.Second)
 }
+
+// A configuration file brings its users and permissions, but not where the
+// server listens or stores: tests stay on a random loopback port. Breaking
+// it: honouring the file's listen (a test taking 0.0.0.0:4222) or dropping
+// its authorization (anyone connects).
+func TestStartFromConfigFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	conf := dir + "/nats.conf"
+	require.NoError(t, os.WriteFile(conf, []byte(`
+listen: "0.0.0.0:4222"
+http: 8222
+jetstream { store_dir: "/nonexistent" }
+authorization { users: [ { user: u1, password: "pw-1", permissions: { publish: "allowed.>" } } ] }
+`), 0o600))
+	s, err := natsembed.Start(natsembed.Options{ConfigFile: conf})
+	require.NoError(t, err)
+	t.Cleanup(s.Shutdown)
+	u, err := url.Parse(s.URL())
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1", u.Hostname())
+	require.NotEqual(t, "4222", u.Port())
+	require.NotEqual(t, "/nonexistent", s.StoreDir())
+
+	_, err = nats.Connect(s.URL())
+	require.ErrorIs(t, err, nats.ErrAuthorization)
+	nc, err := nats.Connect(s.URL(), nats.UserInfo("u1", "pw-1"))
+	require.NoError(t, err)
+	nc.Close()
+
+	_, err = natsembed.Start(natsembed.Options{ConfigFile: dir + "/missing.conf"})
+	require.Error(t, err)
+}

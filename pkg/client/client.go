@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,7 +68,8 @@ func Tenant(tenant string) Option { return func(s *settings) { s.tenant = tenant
 
 // NATSOptions passes connection options to nats.Connect: credentials
 // (nats.UserCredentials, nats.UserInfo, nats.Token, nats.Nkey), TLS
-// (nats.RootCAs, nats.ClientCert) and the like.
+// (nats.RootCAs, nats.ClientCert) and the like. nats.CustomInboxPrefix
+// here replaces the client's default inbox, InboxPrefix(tenant).
 func NATSOptions(o ...nats.Option) Option {
 	return func(s *settings) { s.nats = append(s.nats, o...) }
 }
@@ -87,7 +89,11 @@ func Connect(url, name string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("client: tenant %q: want 1-63 lower-case letters, digits, '_' or '-'", wire.Clip(st.tenant))
 	}
 	life, end := context.WithCancel(context.Background())
-	nopts := append([]nats.Option{nats.Name(name)}, st.nats...)
+	// Replies (JetStream acks, pulled results) come to the tenant's own
+	// inbox, _INBOX_<tenant>, which a server can allow to the tenant's
+	// agents alone (docs/security.md); nats.CustomInboxPrefix in
+	// NATSOptions overrides it.
+	nopts := append([]nats.Option{nats.Name(name), nats.CustomInboxPrefix(InboxPrefix(st.tenant))}, st.nats...)
 	nopts = append(nopts, nats.ClosedHandler(func(*nats.Conn) { end() }))
 	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
@@ -101,6 +107,45 @@ func Connect(url, name string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("client: jetstream: %w", err)
 	}
 	return &Client{nc: nc, js: js, tenant: st.tenant, life: life, end: end}, nil
+}
+
+// InboxPrefix is the prefix of a tenant's clients' reply subjects:
+// _INBOX_<tenant> (_INBOX_default for the default tenant).
+func InboxPrefix(tenant string) string {
+	if tenant == "" {
+		tenant = wire.DefaultTenant
+	}
+	return "_INBOX_" + tenant
+}
+
+// EnsureResultsStream creates the RESULTS stream the client reads from,
+// capturing its tenant's results, where no RESULTS stream exists yet. It
+// is for a server where each tenant has an account of its own into which
+// the services' results are imported (deploy/nats/nats.conf): there the
+// tenant keeps its own copy of its results. Where the services' RESULTS
+// stream is visible (one account for everyone) it finds that stream and
+// changes nothing; but do not call it there before the services have
+// started: a RESULTS made by a client first would take only its tenant's
+// subjects, and the services would keep it as they found it. maxAge
+// bounds how long results are kept (0: one hour).
+func (c *Client) EnsureResultsStream(ctx context.Context, maxAge time.Duration) error {
+	if maxAge <= 0 {
+		maxAge = time.Hour
+	}
+	if _, err := c.js.Stream(ctx, wire.StreamResults); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("client: results stream: %w", err)
+	}
+	_, err := c.js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.StreamResults, Subjects: []string{c.AllResults()},
+		MaxAge: maxAge, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage})
+	if err != nil {
+		if _, again := c.js.Stream(ctx, wire.StreamResults); again == nil {
+			return nil // another agent of the tenant made it in between
+		}
+		return fmt.Errorf("client: create results stream: %w", err)
+	}
+	return nil
 }
 
 // ResultSubject is where this client's tenant receives the results of a
@@ -230,7 +275,25 @@ func (s *subscription) next(ctx context.Context) (r Result, ok bool, pending uin
 		pending = md.NumPending
 	}
 	r, ok = decodeResult(m.Headers(), m.Data())
-	return r, ok, pending, nil
+	return r, ok && s.c.own(m.Subject(), r), pending, nil
+}
+
+// own reports whether a result is the client's tenant's: published on one
+// of its subjects and saying so. Any other (a filter naming another
+// tenant's subjects, a server that lets them through) is skipped like a
+// message that is not a result.
+func (c *Client) own(subject string, r Result) bool {
+	if r.Tenant != wire.ResultTenant(c.tenant) {
+		return false
+	}
+	rest, ok := strings.CutPrefix(subject, wire.ResultSubjectPrefix)
+	if !ok {
+		return false
+	}
+	if c.tenant == wire.DefaultTenant {
+		return !strings.Contains(rest, ".")
+	}
+	return strings.HasPrefix(rest, c.tenant+".")
 }
 
 // stop ends the subscription and removes its consumer from the server in the
