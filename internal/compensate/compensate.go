@@ -41,6 +41,8 @@ type Config struct {
 	Durable string // default "compensator"
 	Name    string // default "compensator"
 	Workers int    // default 4
+	// Tuning overrides the consumer's AckWait, heartbeat and Nak delay.
+	Tuning bus.Tuning
 }
 
 // Service is the compensator.
@@ -69,10 +71,10 @@ func New(cfg Config, st *store.Store, b *bus.Bus, reg *registry.Registry, m *tel
 
 // Start consumes failure commands until ctx ends.
 func (s *Service) Start(ctx context.Context) (stop func(), err error) {
-	return s.bus.Consume(ctx, bus.ConsumerConfig{
+	return s.bus.Consume(ctx, s.cfg.Tuning.Apply(bus.ConsumerConfig{
 		Stream: wire.StreamOps, Durable: s.cfg.Durable, Workers: s.cfg.Workers,
-		Filters: []string{wire.OpsFilter(wire.KindFailed)},
-	}, s.Handle)
+		Filters: []string{wire.OpsFilter(wire.KindFailed)}, Ready: s.store.Ping,
+	}), s.Handle)
 }
 
 // Handle processes one failure command.
