@@ -148,10 +148,35 @@ func Request(ctx context.Context, st *store.Store, reg *registry.Registry, origi
 	return comp, nil
 }
 
+// Existing returns the compensation operation already requested for the
+// operation originalID, or nil when none was. A compensation is recorded
+// under the inbox key (Source, "compensate:<original id>"), so asking again,
+// whatever the original's state is by now, finds it.
+func Existing(ctx context.Context, tx *store.Tx, originalID string) (*op.Operation, error) {
+	in, err := tx.InboxEntry(ctx, Source, "compensate:"+originalID)
+	if errors.Is(err, op.ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("compensation of %s: %w", originalID, err)
+	}
+	if in.Decision != op.DecisionNew || in.OperationID == "" {
+		return nil, nil // an earlier request that created nothing
+	}
+	comp, err := tx.Operation(ctx, in.OperationID)
+	if err != nil {
+		return nil, fmt.Errorf("compensation of %s: %w", originalID, err)
+	}
+	return comp, nil
+}
+
 // RequestTx is Request in tx.
 func RequestTx(ctx context.Context, tx *store.Tx, reg *registry.Registry, originalID, actor, reason string) (*op.Operation, error) {
 	var comp *op.Operation
 	err := func() error {
+		var err error
+		if comp, err = Existing(ctx, tx, originalID); err != nil || comp != nil {
+			return err // asked before: the same compensation stands
+		}
 		orig, err := tx.Operation(ctx, originalID)
 		if err != nil {
 			return err
