@@ -235,7 +235,7 @@ func (c *Config) settings() []Setting {
 	return []Setting{
 		{"actions_per_scenario", "actions per scenario", fmt.Sprint(c.PerScenario)},
 		{"scenarios", "scenarios", strings.Join(c.Scenarios, ",")},
-		{"tools", "tools", "capture_payment (irreversible, vendor idempotency key), send_email (non-idempotent), create_ticket (idempotent)"},
+		{"tools", "tools", "capture_payment (irreversible, vendor idempotency key), send_email (non-idempotent), create_ticket (idempotent); update_crm_record (idempotent, key by entity version) in set_back_sequences"},
 		{"seed", "seed", fmt.Sprint(c.Seed)},
 		{"dispatchers", "dispatchers", fmt.Sprint(c.Dispatchers)},
 		{"dispatch_workers", "dispatch workers per dispatcher", workers},
