@@ -1,7 +1,6 @@
 package services_test
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -200,9 +199,8 @@ func TestNetworkVendorOutage(t *testing.T) {
 // other reconciler must take the leadership over within a bound, without
 // the partition healing (it took the operating system's TCP timeout, two
 // hours, before the lock's session got a TTL). The partition then heals
-// and everything must settle: until it does, the partitioned reconciler
-// still takes reconcile commands from NATS and sits on them (see the
-// known bug in TestPartitionedFromPostgresHoldsNoCommands).
+// and everything must settle (the partitioned reconciler gives back the
+// reconcile commands it takes; see TestPartitionedFromPostgresHoldsNoCommands).
 func TestMaintenanceLeaderPartitionedFromPostgres(t *testing.T) {
 	t.Parallel()
 	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Reconcilers: 2, Proxies: true})
@@ -237,17 +235,15 @@ func TestMaintenanceLeaderPartitionedFromPostgres(t *testing.T) {
 
 // TestPartitionedFromPostgresHoldsNoCommands cuts one of two reconcilers
 // (not the maintenance leader) off from Postgres, not from NATS, while
-// vendor 500s give the reconcilers lookups to do. KNOWN BUG, skipped unless
-// OPLEDGER_KNOWN_BUGS=1: the partitioned reconciler keeps taking reconcile
-// commands and its handlers wait on Postgres with no deadline, so each
-// command it takes waits for JetStream's AckWait (60 s), and may come back
-// to it again; planner-ingest and the compensator handle theirs the same
-// way. Everything should settle on the healthy reconciler within 50 s.
+// vendor 500s give the reconcilers lookups to do. The partitioned
+// reconciler's statements fail at their deadline (store.StatementTimeout),
+// its handlers Nak their commands, and its consumer pauses while the
+// ledger does not answer, so everything settles on the healthy reconciler
+// within 50 s. It fails when a handler waits on Postgres without a deadline
+// (each command it took then waits for AckWait, and may come back to it) or
+// when the consumer keeps pulling commands while paused.
 func TestPartitionedFromPostgresHoldsNoCommands(t *testing.T) {
 	t.Parallel()
-	if os.Getenv(knownBugs) == "" {
-		t.Skipf("KNOWN BUG: a process cut off from Postgres holds the commands it takes for AckWait; %s=1 runs it", knownBugs)
-	}
 	sys := proctest.Start(t, proctest.Options{Reconcilers: 2, Proxies: true})
 	var leader string
 	sys.WaitFor("a maintenance leader", time.Minute, func() bool { leader = sys.Leader(); return leader != "" })

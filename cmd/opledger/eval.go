@@ -20,12 +20,12 @@ func runEval(ctx context.Context, args []string, env func(string) (string, bool)
 	fs := flag.NewFlagSet("opledger eval", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: opledger eval [flags]\n\nRuns the fault-injection scenario matrix (%s) against a whole opledger with several\ndispatchers and prints the KPIs; exits 1 on a duplicate side effect or an unsettled operation. See docs/eval.md.\n\n",
+		fmt.Fprintf(stderr, "usage: opledger eval [flags]\n\nRuns the fault-injection scenario matrix (%s) against a whole opledger with several\ndispatchers and prints the KPIs; exits 1 on a duplicate side effect, a false suppression (a different action answered\nas a duplicate) or an unsettled operation. See docs/eval.md.\n\n",
 			strings.Join(eval.DefaultScenarios, ", "))
 		fs.PrintDefaults()
 	}
 	var cfg eval.Config
-	n := fs.Int("n", 500, "business actions per scenario, spread over capture_payment, send_email and create_ticket")
+	n := fs.Int("n", 500, "business actions per scenario, spread over capture_payment, send_email and create_ticket (update_crm_record in set_back_sequences)")
 	total := fs.Int("ops", 0, "business actions over all scenarios, split evenly (overrides -n)")
 	scenarios := fs.String("scenarios", strings.Join(eval.DefaultScenarios, ","), "comma-separated scenarios to run, in order")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the corpus, its timing and the kills")
@@ -92,7 +92,7 @@ func runEval(ctx context.Context, args []string, env func(string) (string, bool)
 		rep.WriteText(stdout)
 	}
 	if rep.Failed() {
-		return fmt.Errorf("eval: %d duplicate side effect(s), %d unsettled operation(s)", rep.KPIs.DuplicateEffects, rep.KPIs.Unsettled)
+		return fmt.Errorf("eval: %s", rep.Verdict())
 	}
 	return nil
 }

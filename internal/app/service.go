@@ -45,6 +45,12 @@ type ServiceConfig struct {
 	APITokens string
 	// ConnectTimeout bounds how long start-up waits for Postgres and NATS.
 	ConnectTimeout time.Duration
+	// Consumer tunes the service's JetStream consumer (AckWait, heartbeat,
+	// Nak delay while the ledger is unreachable); zero fields keep the
+	// service's defaults.
+	Consumer bus.Tuning
+	// StatementTimeout bounds ledger statements without a deadline.
+	StatementTimeout time.Duration
 	// Stderr receives the logs.
 	Stderr io.Writer
 
@@ -92,8 +98,32 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	fs.StringVar(&cfg.HTTPAddr, "http", env("OPLEDGER_HTTP_ADDR", "127.0.0.1:0"), "address of /metrics, /healthz and /readyz; port 0 picks a free one, logged at start [OPLEDGER_HTTP_ADDR]")
 	fs.StringVar(&cfg.APITokens, "api-tokens", env("OPLEDGER_API_TOKENS", ""), "tokens file of the operators' API, which planner-ingest serves on -http; unset, the API answers 503 [OPLEDGER_API_TOKENS]")
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", time.Minute, "how long start-up waits for Postgres and NATS")
+	durations := []struct {
+		name, env, usage string
+		to               *time.Duration
+	}{
+		{"ack-wait", "OPLEDGER_ACK_WAIT", "how long JetStream leaves a command with this process while nothing reports on it (0: the service's default, 10s for dispatcher and reconciler, 30s otherwise)", &cfg.Consumer.AckWait},
+		{"heartbeat", "OPLEDGER_HEARTBEAT", "how often a command still being handled is reported in progress (0: a third of the ack wait)", &cfg.Consumer.Heartbeat},
+		{"nak-delay", "OPLEDGER_NAK_DELAY", "how long a command given back while Postgres is unreachable waits before redelivery (0: 1s)", &cfg.Consumer.NakDelay},
+		{"statement-timeout", "OPLEDGER_STATEMENT_TIMEOUT", "bound on each Postgres statement without a deadline of its own (0: 10s)", &cfg.StatementTimeout},
+	}
+	for _, d := range durations {
+		def := time.Duration(0)
+		if v := env(d.env, ""); v != "" {
+			var err error
+			if def, err = time.ParseDuration(v); err != nil || def < 0 {
+				return cfg, fmt.Errorf("%s: %s=%q is not a duration like 10s", name, d.env, v)
+			}
+		}
+		fs.DurationVar(d.to, d.name, def, d.usage+" ["+d.env+"]")
+	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	for _, d := range durations {
+		if *d.to < 0 {
+			return cfg, fmt.Errorf("%s: -%s must not be negative", name, d.name)
+		}
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("%s: unexpected argument %q", name, fs.Arg(0))
@@ -155,6 +185,7 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	s, err := StartServices(ctx, ServicesConfig{
 		DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
 		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays,
+		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout,
 		Metrics: telemetry.NewMetrics(promReg), Log: base,
 	})
 	if err != nil {

@@ -56,7 +56,14 @@ type ServicesConfig struct {
 	// few active connections per core: on 2 cores the bench measured ~1,450
 	// ops/s at 12-16 connections, ~1,100 at 48 and ~1,000 at 96.
 	DBMaxConns int32
-	Reconcile  reconcile.Config
+	// StatementTimeout bounds each ledger statement that has no deadline of
+	// its own (default store.DefaultStatementTimeout).
+	StatementTimeout time.Duration
+	// Consumer overrides the AckWait, heartbeat and Nak delay of every
+	// service's consumer in this process (zero fields keep each service's
+	// defaults).
+	Consumer  bus.Tuning
+	Reconcile reconcile.Config
 	// Maintain tunes the maintenance leader that the reconciler process
 	// campaigns for (sweeper, re-drive, retention).
 	Maintain   maintain.Config
@@ -133,7 +140,8 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		return nil, err
 	}
 	var waker *outbox.Waker
-	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: cfg.DBMaxConns, OnOutbox: func() { waker.Kick() }})
+	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: cfg.DBMaxConns, StatementTimeout: cfg.StatementTimeout,
+		OnOutbox: func() { waker.Kick() }})
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +201,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 			if err != nil {
 				return nil, err
 			}
-			if err := start(ingest.New(ingest.Config{Workers: cfg.IngestWorkers}, st, b, cfg.Registry, cfg.Metrics, log).Start); err != nil {
+			if err := start(ingest.New(ingest.Config{Workers: cfg.IngestWorkers, Tuning: cfg.Consumer}, st, b, cfg.Registry, cfg.Metrics, log).Start); err != nil {
 				return nil, err
 			}
 		case Dispatcher:
@@ -207,7 +215,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 				if err != nil {
 					return nil, err
 				}
-				d := dispatch.New(dispatch.Config{Name: iname, Workers: cfg.DispatchWorkers}, st, b, cfg.Registry, adapters, cfg.Metrics, log)
+				d := dispatch.New(dispatch.Config{Name: iname, Workers: cfg.DispatchWorkers, Tuning: cfg.Consumer}, st, b, cfg.Registry, adapters, cfg.Metrics, log)
 				if err := start(d.Start); err != nil {
 					return nil, err
 				}
@@ -220,6 +228,9 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 			}
 			rc := cfg.Reconcile
 			rc.Name = cfg.Instance + "/reconciler"
+			if rc.Tuning == (bus.Tuning{}) {
+				rc.Tuning = cfg.Consumer
+			}
 			if err := start(reconcile.New(rc, st, b, cfg.Registry, adapters, cfg.Metrics, log).Start); err != nil {
 				return nil, err
 			}
@@ -235,7 +246,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 			if err != nil {
 				return nil, err
 			}
-			if err := start(compensate.New(compensate.Config{Name: cfg.Instance + "/compensator"}, st, b, cfg.Registry, cfg.Metrics, log).Start); err != nil {
+			if err := start(compensate.New(compensate.Config{Name: cfg.Instance + "/compensator", Tuning: cfg.Consumer}, st, b, cfg.Registry, cfg.Metrics, log).Start); err != nil {
 				return nil, err
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -384,6 +385,50 @@ type ConsumerConfig struct {
 	// CheckInterval is how often Consume checks that its stream and
 	// consumer still exist on the server, recreating them if not (default 2s).
 	CheckInterval time.Duration
+	// Heartbeat is how often a delivery still being handled is reported in
+	// progress to JetStream (default AckWait/3), so that AckWait can be short
+	// (a dead process's messages come back soon) while a long vendor call
+	// keeps its message. Handlers must therefore be bounded: every wait in
+	// them needs a deadline, or a stuck handler holds its message for good.
+	Heartbeat time.Duration
+	// Ready, when set, tells whether what the handlers need (the ledger) is
+	// reachable. After a handler fails, Consume asks it; while it fails,
+	// the consumer is paused: it pulls nothing, Naks what it still holds
+	// (after NakDelay) so the rest of the fleet takes it, and asks Ready
+	// again every CheckInterval, consuming again once it succeeds.
+	Ready func(ctx context.Context) error
+	// ReadyTimeout bounds one call of Ready (default 2s).
+	ReadyTimeout time.Duration
+	// NakDelay is how long a message given back while paused waits before
+	// it is redelivered (default 1s).
+	NakDelay time.Duration
+}
+
+// Tuning holds the knobs of a consumer an operator may set (flags and
+// environment of the services; see docs/architecture.md). Zero fields keep
+// the service's defaults.
+type Tuning struct {
+	// AckWait: how long a delivery nobody reports on stays with its process.
+	AckWait time.Duration
+	// Heartbeat: how often a delivery in progress is reported (AckWait/3).
+	Heartbeat time.Duration
+	// NakDelay: how long a message given back while the ledger is
+	// unreachable waits before redelivery.
+	NakDelay time.Duration
+}
+
+// Apply returns c with t's non-zero fields set.
+func (t Tuning) Apply(c ConsumerConfig) ConsumerConfig {
+	if t.AckWait > 0 {
+		c.AckWait = t.AckWait
+	}
+	if t.Heartbeat > 0 {
+		c.Heartbeat = t.Heartbeat
+	}
+	if t.NakDelay > 0 {
+		c.NakDelay = t.NakDelay
+	}
+	return c
 }
 
 // Consume starts processing deliveries with up to cfg.Workers concurrent
@@ -444,6 +489,15 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 	if cfg.CheckInterval <= 0 {
 		cfg.CheckInterval = 2 * time.Second
 	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = cfg.AckWait / 3
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 2 * time.Second
+	}
+	if cfg.NakDelay <= 0 {
+		cfg.NakDelay = time.Second
+	}
 	cc := jetstream.ConsumerConfig{
 		Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver, MaxAckPending: cfg.MaxAckPending,
@@ -470,6 +524,9 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 	// a send on a closed channel would panic.
 	stopping := make(chan struct{})
 	work := make(chan jetstream.Msg) // unbuffered: a message is either with a worker or still the callback's
+	// paused is set while Ready fails: messages are given back, none pulled.
+	var paused atomic.Bool
+	pause := make(chan struct{}, 1) // wakes the watchdog to stop pulling
 	var wg sync.WaitGroup
 	for range cfg.Workers {
 		wg.Add(1)
@@ -478,7 +535,23 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 			for {
 				select {
 				case m := <-work:
-					b.handle(hctx, cfg, m, h)
+					if paused.Load() {
+						_ = m.NakWithDelay(cfg.NakDelay)
+						continue
+					}
+					if b.handle(hctx, cfg, m, h) && cfg.Ready != nil && !paused.Load() {
+						rctx, cancel := context.WithTimeout(hctx, cfg.ReadyTimeout)
+						rerr := cfg.Ready(rctx)
+						cancel()
+						if rerr != nil && !paused.Swap(true) {
+							b.log.Warn().Err(rerr).Str("consumer", cfg.Durable).
+								Msg("what the handlers need is unreachable; pausing the consumer and giving its messages back")
+							select {
+							case pause <- struct{}{}:
+							default:
+							}
+						}
+					}
 				case <-stopping:
 					// Nothing can be pending here: work is unbuffered, so a
 					// callback that did not hand its message over Naks it.
@@ -498,6 +571,10 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 	callback := func(m jetstream.Msg) {
 		if isStopping() {
 			_ = m.Nak()
+			return
+		}
+		if paused.Load() {
+			_ = m.NakWithDelay(cfg.NakDelay)
 			return
 		}
 		select {
@@ -549,6 +626,33 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 				return
 			case <-t.C:
 			case <-lost:
+			case <-pause:
+				// Stop pulling; Drain hands what the client holds to the
+				// callback, which gives it back.
+				ccMu.Lock()
+				consumeCtx.Drain()
+				ccMu.Unlock()
+				continue
+			}
+			if paused.Load() {
+				rctx, rcancel := context.WithTimeout(hctx, cfg.ReadyTimeout)
+				rerr := cfg.Ready(rctx)
+				rcancel()
+				if rerr != nil {
+					continue
+				}
+				ccMu.Lock()
+				if !isStopping() {
+					if next, err := consume(cons); err == nil {
+						consumeCtx = next
+						paused.Store(false)
+						b.log.Info().Str("consumer", cfg.Durable).Msg("reachable again; consuming")
+					} else {
+						b.log.Warn().Err(err).Str("consumer", cfg.Durable).Msg("could not resume consuming; will try again")
+					}
+				}
+				ccMu.Unlock()
+				continue
 			}
 			cctx, cancel := context.WithTimeout(hctx, 5*time.Second)
 			_, err := b.js.Consumer(cctx, cfg.Stream, cfg.Durable)
@@ -628,7 +732,9 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 	return stop, nil
 }
 
-func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h Handler) {
+// handle runs h on m and settles m; it reports whether h failed with an
+// error that asks for redelivery.
+func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h Handler) (failed bool) {
 	d := Delivery{Subject: m.Subject(), Data: m.Data(), Delivered: 1}
 	if hdr := m.Headers(); len(hdr) > 0 {
 		d.Header = make(map[string]string, len(hdr))
@@ -639,7 +745,21 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 	if md, err := m.Metadata(); err == nil {
 		d.Delivered = md.NumDelivered
 	}
+	beat := time.NewTicker(cfg.Heartbeat)
+	done := make(chan struct{})
+	go func() {
+		defer beat.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-beat.C:
+				_ = m.InProgress() // fire and forget: a lost one costs AckWait at worst
+			}
+		}
+	}()
 	err := h(ctx, d)
+	close(done)
 	var perm permanentError
 	switch {
 	case err == nil:
@@ -662,5 +782,7 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 			b.log.Warn().Err(err).Str("consumer", cfg.Durable).Str("subject", d.Subject).Uint64("delivered", d.Delivered).Msg("handler failed; redelivering")
 		}
 		_ = m.NakWithDelay(delay)
+		return true
 	}
+	return false
 }

@@ -41,6 +41,8 @@ type Config struct {
 	Durable string // default "compensator"
 	Name    string // default "compensator"
 	Workers int    // default 4
+	// Tuning overrides the consumer's AckWait, heartbeat and Nak delay.
+	Tuning bus.Tuning
 }
 
 // Service is the compensator.
@@ -69,10 +71,10 @@ func New(cfg Config, st *store.Store, b *bus.Bus, reg *registry.Registry, m *tel
 
 // Start consumes failure commands until ctx ends.
 func (s *Service) Start(ctx context.Context) (stop func(), err error) {
-	return s.bus.Consume(ctx, bus.ConsumerConfig{
+	return s.bus.Consume(ctx, s.cfg.Tuning.Apply(bus.ConsumerConfig{
 		Stream: wire.StreamOps, Durable: s.cfg.Durable, Workers: s.cfg.Workers,
-		Filters: []string{wire.OpsFilter(wire.KindFailed)},
-	}, s.Handle)
+		Filters: []string{wire.OpsFilter(wire.KindFailed)}, Ready: s.store.Ping,
+	}), s.Handle)
 }
 
 // Handle processes one failure command.
@@ -146,10 +148,35 @@ func Request(ctx context.Context, st *store.Store, reg *registry.Registry, origi
 	return comp, nil
 }
 
+// Existing returns the compensation operation already requested for the
+// operation originalID, or nil when none was. A compensation is recorded
+// under the inbox key (Source, "compensate:<original id>"), so asking again,
+// whatever the original's state is by now, finds it.
+func Existing(ctx context.Context, tx *store.Tx, originalID string) (*op.Operation, error) {
+	in, err := tx.InboxEntry(ctx, Source, "compensate:"+originalID)
+	if errors.Is(err, op.ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("compensation of %s: %w", originalID, err)
+	}
+	if in.Decision != op.DecisionNew || in.OperationID == "" {
+		return nil, nil // an earlier request that created nothing
+	}
+	comp, err := tx.Operation(ctx, in.OperationID)
+	if err != nil {
+		return nil, fmt.Errorf("compensation of %s: %w", originalID, err)
+	}
+	return comp, nil
+}
+
 // RequestTx is Request in tx.
 func RequestTx(ctx context.Context, tx *store.Tx, reg *registry.Registry, originalID, actor, reason string) (*op.Operation, error) {
 	var comp *op.Operation
 	err := func() error {
+		var err error
+		if comp, err = Existing(ctx, tx, originalID); err != nil || comp != nil {
+			return err // asked before: the same compensation stands
+		}
 		orig, err := tx.Operation(ctx, originalID)
 		if err != nil {
 			return err

@@ -39,6 +39,9 @@ type Config struct {
 	Name string
 	// Workers is the number of concurrent vendor calls per instance (default 32).
 	Workers int
+	// Tuning overrides the consumer's AckWait (default 10s), heartbeat and
+	// Nak delay.
+	Tuning bus.Tuning
 }
 
 // Service is one dispatcher instance.
@@ -76,11 +79,14 @@ func New(cfg Config, st *store.Store, b *bus.Bus, reg *registry.Registry, adapte
 
 // Start consumes dispatch commands until ctx ends; stop waits for calls in flight.
 func (s *Service) Start(ctx context.Context) (stop func(), err error) {
-	return s.bus.Consume(ctx, bus.ConsumerConfig{
+	// A short AckWait, with heartbeats while a vendor call runs: the
+	// commands a dead dispatcher held come back within seconds. While the
+	// ledger is unreachable the consumer pauses and gives its commands back.
+	return s.bus.Consume(ctx, s.cfg.Tuning.Apply(bus.ConsumerConfig{
 		Stream: wire.StreamOps, Durable: s.cfg.Durable, Workers: s.cfg.Workers,
 		Filters: []string{wire.OpsFilter(wire.KindDispatch)},
-		AckWait: time.Minute,
-	}, s.Handle)
+		AckWait: 10 * time.Second, Ready: s.store.Ping,
+	}), s.Handle)
 }
 
 // Handle processes one dispatch command.

@@ -23,10 +23,11 @@ type ledgerOp struct {
 
 // effectKind is where the vendors count the effects of a tool.
 var effectKind = map[string]string{
-	"capture_payment": vendors.KindCapture,
-	"refund_payment":  vendors.KindRefund,
-	"send_email":      vendors.KindEmail,
-	"create_ticket":   vendors.KindTicket,
+	"capture_payment":   vendors.KindCapture,
+	"refund_payment":    vendors.KindRefund,
+	"send_email":        vendors.KindEmail,
+	"create_ticket":     vendors.KindTicket,
+	"update_crm_record": vendors.KindCRM,
 }
 
 // readLedger reads every operation of the run's workflows with its events
@@ -133,7 +134,7 @@ func observe(lanes [][]*phase, ledger map[string]*ledgerOp, inbox map[string]*st
 	// Effects per operation, by its idempotency key.
 	byKey := map[string]map[string]int{}
 	total := 0
-	for _, t := range tools {
+	for _, t := range allTools {
 		byKey[t.kind] = v.EffectsByKey(t.kind)
 		for _, n := range byKey[t.kind] {
 			total += n
@@ -161,6 +162,7 @@ func observe(lanes [][]*phase, ledger map[string]*ledgerOp, inbox map[string]*st
 	// Actions, with the ledger's decision on each message; entities.
 	type entKey struct{ scenario, kind, attr, entity string }
 	entities := map[entKey]int{}
+	lastValue := map[entKey]string{} // set-back sequences: the status the last step sets
 	for _, lane := range lanes {
 		for _, p := range lane {
 			for _, a := range p.actions {
@@ -174,13 +176,33 @@ func observe(lanes [][]*phase, ledger map[string]*ledgerOp, inbox map[string]*st
 				}
 				obs.Actions = append(obs.Actions, ao)
 				if a.entityKind != "" {
-					entities[entKey{a.scenario, a.entityKind, a.entityAttr, a.entity}]++
+					k := entKey{a.scenario, a.entityKind, a.entityAttr, a.entity}
+					entities[k]++
+					if a.scenario == ScenarioSetBack {
+						lastValue[k] = a.value
+					}
 				}
 			}
 		}
 	}
 	counts := map[[2]string]map[string]int{}
 	for k, n := range entities {
+		if k.kind == vendors.KindCRM {
+			// The CRM counts a record's changes in its version (the
+			// first write creates it); each step of a set-back sequence
+			// must change it, and the last step's value must stand.
+			e := EntityObs{Scenario: k.scenario, Kind: k.kind, Entity: k.entity, Actions: n, MustApply: true}
+			if rec, ok := v.CRMRecord(k.entity); ok {
+				e.Effects = rec.Version
+				var status string
+				_ = json.Unmarshal(rec.Fields["status"], &status)
+				e.WrongFinal = status != lastValue[k]
+			} else {
+				e.WrongFinal = true
+			}
+			obs.Entities = append(obs.Entities, e)
+			continue
+		}
 		c := counts[[2]string{k.kind, k.attr}]
 		if c == nil {
 			c = v.EffectsBy(k.kind, k.attr)
@@ -190,7 +212,7 @@ func observe(lanes [][]*phase, ledger map[string]*ledgerOp, inbox map[string]*st
 	}
 	obs.JetStreamDeduped = tr.jetstreamDuplicates()
 	st := v.Stats()
-	for _, t := range tools {
+	for _, t := range allTools {
 		obs.VendorWrites += st.Requests[t.route]
 		obs.VendorLookups += st.Requests[t.lookup]
 	}

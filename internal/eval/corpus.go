@@ -37,13 +37,20 @@ const (
 	// characters (zero-width space, byte order mark), the email address in
 	// other cases. One action each: identity normalization must fold them.
 	ScenarioLookAlikes = "look_alike_replans"
+	// ScenarioSetBack: update_crm_record sets a record's status active,
+	// suspended, then active again, each step sent once the previous one
+	// was answered, each also re-planned (reordered arguments, enum case,
+	// an invisible character in the record id). Three actions, three
+	// effects: setting something back is a new action, while a repeat of
+	// the step just taken is not.
+	ScenarioSetBack = "set_back_sequences"
 )
 
 // DefaultScenarios are run unless told otherwise.
 var DefaultScenarios = []string{
 	ScenarioSuccess, ScenarioTimeoutAfterCommit, ScenarioTimeoutBeforeCommit, Scenario500DelayedVisibility,
 	ScenarioRateLimit, ScenarioMalformed, ScenarioLatencyNear, ScenarioLatencyBeyond, ScenarioReset, ScenarioDuplicates,
-	ScenarioLookAlikes,
+	ScenarioLookAlikes, ScenarioSetBack,
 }
 
 // AllScenarios are every scenario Config.Scenarios may name.
@@ -68,6 +75,17 @@ var tools = []toolSpec{
 	{name: "create_ticket", route: vendors.RouteTicket, lookup: vendors.RouteTicketLookup, kind: vendors.KindTicket, short: "tick"},
 }
 
+// crmTool runs only in ScenarioSetBack, in a lane of its own after the
+// others': update_crm_record's key is scoped by the record's version
+// ({entity_version}), and the CRM counts only writes that changed a record.
+var crmTool = toolSpec{name: "update_crm_record", route: vendors.RouteCRM, lookup: vendors.RouteCRMGet, kind: vendors.KindCRM, short: "crm"}
+
+// allTools are the tools of every lane, in lane order.
+var allTools = append(slices.Clone(tools), crmTool)
+
+// setBackValues are the statuses a set-back sequence sets, in order.
+var setBackValues = []string{"active", "suspended", "active"}
+
 // action is one distinct business action and the messages asking for it.
 type action struct {
 	id       string
@@ -79,6 +97,11 @@ type action struct {
 	// independently of opledger's keys ("" for tickets: only by key).
 	entityKind, entityAttr, entity string
 	msgs                           []message
+	// step is the action's place in its set-back sequence and value the
+	// status it sets (ScenarioSetBack only): each step is sent once the
+	// one before it was answered.
+	step  int
+	value string
 }
 
 // message is one publish.
@@ -105,9 +128,13 @@ type phase struct {
 func buildCorpus(run string, scenarios []string, n int, seed uint64) [][]*phase {
 	rng := rand.New(rand.NewPCG(seed, 0x6576616c))
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
-	lanes := make([][]*phase, len(tools))
+	lanes := make([][]*phase, len(allTools))
 	for _, sc := range scenarios {
 		code := fmt.Sprintf("s%02d", slices.Index(AllScenarios, sc))
+		if sc == ScenarioSetBack {
+			lanes[len(tools)] = append(lanes[len(tools)], setBackPhase(run, code, n))
+			continue
+		}
 		for ti, t := range tools {
 			k := n/len(tools) + boolInt(ti < n%len(tools))
 			if k == 0 {
@@ -157,6 +184,35 @@ func buildCorpus(run string, scenarios []string, n int, seed uint64) [][]*phase 
 	return lanes
 }
 
+// setBackPhase makes n update_crm_record actions: set-back sequences of
+// three steps on one record each (the last may be shorter).
+func setBackPhase(run, code string, n int) *phase {
+	t := crmTool
+	p := &phase{scenario: ScenarioSetBack, tool: t}
+	wf := fmt.Sprintf("ev_%s_%s_%s", run, code, t.short)
+	for j := range n {
+		rec, step := fmt.Sprintf("rec_%s_%s_%d", run, code, j/len(setBackValues)), j%len(setBackValues)
+		v := setBackValues[step]
+		a := &action{id: fmt.Sprintf("%s/%s/%d", ScenarioSetBack, t.name, j), scenario: ScenarioSetBack, tool: t, workflow: wf,
+			entityKind: t.kind, entity: rec, step: step, value: v}
+		base := fmt.Sprintf("%s:%s:%s:%d", run, code, t.short, j)
+		args := raw(`{"record_id":%q,"field":"status","value":%q}`, rec, v)
+		a.msgs = append(a.msgs, message{eventID: base + ":call", kind: MsgOriginal, args: args})
+		if step == 1 {
+			// The same step again, with an invisible character in the id.
+			a.msgs = append(a.msgs, message{eventID: base + ":replan", kind: MsgReplanLookAlike,
+				args: raw(`{"record_id":%q,"field":"status","value":%q}`, rec[:4]+"​"+rec[4:], v)})
+		} else {
+			// The same step again, re-planned: other key order, white
+			// space, enum case.
+			a.msgs = append(a.msgs, message{eventID: base + ":replan", kind: MsgReplan,
+				args: raw(`{ "value": %q, "field": "STATUS", "record_id": " %s " }`, v, rec)})
+		}
+		p.actions = append(p.actions, a)
+	}
+	return p
+}
+
 // argsFor returns an action's arguments and a variant a re-planning model
 // might write that canonicalizes alike (other key order, white space, enum
 // case, padded strings). A near-duplicate differs from the action on the
@@ -179,8 +235,9 @@ func argsFor(t toolSpec, ent string, j int, near bool) (args, variant json.RawMe
 		if near {
 			tmpl, variant = "follow_up", "Follow_Up"
 		}
+		// The variant also spells out the schema's default subject.
 		return raw(`{"to":%q,"template":%q,"reference":%q}`, mailboxOf(ent), tmpl, ref),
-			raw(`{"reference": " %s ", "template": %q, "to": %q}`, ref, variant, mailboxOf(ent))
+			raw(`{"reference": " %s ", "subject": "", "template": %q, "to": %q}`, ref, variant, mailboxOf(ent))
 	default:
 		queue := "billing"
 		if near {

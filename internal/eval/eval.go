@@ -155,7 +155,20 @@ type Finding struct {
 
 // Failed reports whether the run found a duplicate side effect or an
 // unsettled operation.
-func (r *Report) Failed() bool { return r.KPIs.DuplicateEffects > 0 || r.KPIs.Unsettled > 0 }
+func (r *Report) Failed() bool {
+	k := r.KPIs
+	return k.DuplicateEffects > 0 || k.Unsettled > 0 || k.FalseDedupes > 0 || k.LostSetBacks > 0
+}
+
+// Verdict says why a run failed, or that it passed.
+func (r *Report) Verdict() string {
+	k := r.KPIs
+	if !r.Failed() {
+		return "PASS: no duplicate side effect, no false suppression, every operation settled"
+	}
+	return fmt.Sprintf("FAIL: %d duplicate side effect(s), %d false suppression(s), %d lost set-back(s), %d unsettled operation(s)",
+		k.DuplicateEffects, k.FalseDedupes, k.LostSetBacks, k.Unsettled)
+}
 
 func (c *Config) setDefaults() error {
 	if c.PerScenario < 1 {
@@ -222,7 +235,7 @@ func (c *Config) settings() []Setting {
 	return []Setting{
 		{"actions_per_scenario", "actions per scenario", fmt.Sprint(c.PerScenario)},
 		{"scenarios", "scenarios", strings.Join(c.Scenarios, ",")},
-		{"tools", "tools", "capture_payment (irreversible, vendor idempotency key), send_email (non-idempotent), create_ticket (idempotent)"},
+		{"tools", "tools", "capture_payment (irreversible, vendor idempotency key), send_email (non-idempotent), create_ticket (idempotent); update_crm_record (idempotent, key by entity version) in set_back_sequences"},
 		{"seed", "seed", fmt.Sprint(c.Seed)},
 		{"dispatchers", "dispatchers", fmt.Sprint(c.Dispatchers)},
 		{"dispatch_workers", "dispatch workers per dispatcher", workers},
@@ -345,7 +358,7 @@ func (r *runner) start(ctx context.Context, rep *Report) (cleanup func(), err er
 	}
 	undo = append(undo, r.stack.Close)
 	rep.Where = append(slices.Clone(r.stack.Infra.Where), "vendors: local stand-ins at "+r.stack.Vendors.URL())
-	for _, t := range tools {
+	for _, t := range allTools {
 		tool, err := r.stack.Registry.Tool(t.name)
 		if err != nil {
 			return cleanup, fmt.Errorf("eval: the registry must have the example tools: %w", err)
@@ -488,6 +501,9 @@ func (r *runner) runLane(ctx context.Context, lane []*phase) error {
 // publishPhase publishes a phase's messages on schedule: actions at the
 // lane's rate, each action's further messages after their delays.
 func (r *runner) publishPhase(ctx context.Context, p *phase) error {
+	if p.scenario == ScenarioSetBack {
+		return r.publishSequences(ctx, p)
+	}
 	type item struct {
 		at time.Duration
 		a  *action
@@ -523,6 +539,65 @@ func (r *runner) publishPhase(ctx context.Context, p *phase) error {
 	}
 	wg.Wait()
 	return firstErr
+}
+
+// publishSequences publishes a set-back phase: the sequences (one record
+// each) start at the lane's rate and run side by side; within one, every
+// message is published once the one before it was answered, as an agent
+// that waits for each answer does (the order of acceptance is what makes
+// a step new or a repeat).
+func (r *runner) publishSequences(ctx context.Context, p *phase) error {
+	var seqs [][]*action
+	for _, a := range p.actions {
+		if a.step == 0 {
+			seqs = append(seqs, nil)
+		}
+		seqs[len(seqs)-1] = append(seqs[len(seqs)-1], a)
+	}
+	interval := time.Duration(float64(time.Second) / r.laneRate)
+	start := time.Now()
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for i, seq := range seqs {
+		if err := sleep(ctx, time.Until(start.Add(time.Duration(i)*interval))); err != nil {
+			return err
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			for _, a := range seq {
+				for _, m := range a.msgs {
+					err := r.publish(ctx, a, m)
+					if err == nil {
+						err = r.awaitAnswer(ctx, m.eventID)
+					}
+					if err != nil {
+						mu.Lock()
+						firstErr = cmpErr(firstErr, err)
+						mu.Unlock()
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// awaitAnswer waits until the agent has the answer to eventID, for at most
+// the phase timeout; an answer that does not come shows in the KPIs
+// (unanswered messages) rather than stopping the run.
+func (r *runner) awaitAnswer(ctx context.Context, eventID string) error {
+	for deadline := time.Now().Add(r.cfg.PhaseTimeout); !r.tr.isAnswered(eventID) && time.Now().Before(deadline); {
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // publish sends one message the way an agent does, and again (the same
@@ -619,7 +694,7 @@ func (r *runner) settle(ctx context.Context, lanes [][]*phase, workflows []strin
 	// anything still on its way land before counting.
 	effects := func() int {
 		s := r.stack.Vendors.Stats()
-		return s.Captures + s.Emails + s.Tickets + s.Refunds
+		return s.Captures + s.Emails + s.Tickets + s.Refunds + s.CRMWrites
 	}
 	last, stable := effects(), time.Now()
 	for quiet := time.Now().Add(10 * time.Second); time.Now().Before(quiet) && time.Since(stable) < 2*time.Second; {

@@ -47,11 +47,11 @@ func TestRunSmallMatrix(t *testing.T) {
 	require.Zero(t, k.UnattributedEffects)
 	require.Zero(t, k.Unsettled)
 	require.Empty(t, rep.Findings)
-	require.Equal(t, 165, k.Actions)
-	require.Equal(t, 165, k.Operations, "one operation per business action, look-alikes included")
+	require.Equal(t, 180, k.Actions)
+	require.Equal(t, 180, k.Operations, "one operation per business action, look-alikes and set-backs included")
 	require.Zero(t, k.UnansweredMessages)
 	require.Zero(t, k.SuccessWithoutEffect+k.FailedWithEffect)
-	require.Equal(t, map[string]int{string(op.StateCompletedSuccess): 165}, k.FinalStates, text.String())
+	require.Equal(t, map[string]int{string(op.StateCompletedSuccess): 180}, k.FinalStates, text.String())
 
 	// Ambiguity happened and was resolved without a person.
 	require.Positive(t, k.UnknownOutcomeRate)
@@ -67,6 +67,8 @@ func TestRunSmallMatrix(t *testing.T) {
 	// Dedupe: every kind of resend reached a decision, no distinct action was suppressed.
 	require.Equal(t, 3, k.NearDuplicateProbes) // 5 actions per tool in the duplicates scenario: j = 3
 	require.Zero(t, k.FalseDedupes)
+	require.Zero(t, k.FalseSuppressionsPer10k)
+	require.Zero(t, k.LostSetBacks, "every set-back step changed its record, and the last value stands")
 	require.Zero(t, k.ReplansNotRecognized)
 	// 4 of 5 actions per tool in the duplicates scenario are resent with
 	// the same event id, once with and once without Nats-Msg-Id. Those
@@ -76,9 +78,9 @@ func TestRunSmallMatrix(t *testing.T) {
 		"every redelivery was dropped by JetStream or answered duplicate_event: %v", k.Decisions)
 	require.GreaterOrEqual(t, k.Decisions[string(op.DecisionDuplicateEvent)], 12, "redeliveries without Nats-Msg-Id reached the ledger")
 	// Re-plans: two per resent action there, one per fifth action in the
-	// fault scenarios, one per look-alike.
-	require.Equal(t, 12*2+9*3+15, k.Decisions[string(op.DecisionDuplicateOperation)])
-	require.Equal(t, 165, k.Decisions[string(op.DecisionNew)])
+	// fault scenarios, one per look-alike, one per set-back step.
+	require.Equal(t, 12*2+9*3+15+15, k.Decisions[string(op.DecisionDuplicateOperation)])
+	require.Equal(t, 180, k.Decisions[string(op.DecisionNew)])
 
 	// The clean path was timed.
 	require.Equal(t, 15, k.LatencySamples)
@@ -91,6 +93,8 @@ func TestRunSmallMatrix(t *testing.T) {
 		by[s.Name] = s.KPIs
 	}
 	require.Len(t, by, len(eval.DefaultScenarios))
+	// Five records set active, suspended, active: fifteen operations.
+	require.Equal(t, 15, by[eval.ScenarioSetBack].Operations)
 	for _, s := range []string{eval.ScenarioSuccess, eval.ScenarioRateLimit, eval.ScenarioLatencyNear, eval.ScenarioDuplicates} {
 		require.Zero(t, by[s].UnknownOutcomeOps, "%s: the vendor answered in time", s)
 	}

@@ -121,6 +121,10 @@ type EntityObs struct {
 	// Actions is how many distinct actions of the corpus target the entity:
 	// the effects it should have if each happened once.
 	Actions int
+	// MustApply: every action on the entity must have its effect (a
+	// set-back sequence), and WrongFinal says the entity does not hold
+	// the value the last one set.
+	MustApply, WrongFinal bool
 }
 
 // KPIs are the article's "metrics for eval success", and what a run needs
@@ -155,6 +159,12 @@ type KPIs struct {
 	NearDuplicateProbes int     `json:"near_duplicate_probes"`
 	FalseDedupes        int     `json:"false_dedupes"`
 	FalseDedupeRate     float64 `json:"false_dedupe_rate"`
+	// FalseSuppressionsPer10k is FalseDedupes (a different action answered
+	// as a duplicate and never run) per 10k business actions.
+	FalseSuppressionsPer10k float64 `json:"false_suppressions_per_10k_actions"`
+	// LostSetBacks counts set-back sequences whose record has fewer
+	// changes than steps, or does not hold the last step's value.
+	LostSetBacks int `json:"lost_set_backs"`
 	// ReplansNotRecognized counts re-plans of an action (new event id,
 	// same action) that the ledger did not give the operation of the
 	// action's original message.
@@ -281,10 +291,14 @@ func Compute(o Observations) KPIs {
 		if e.Effects > e.Actions {
 			k.DuplicateEffectsByEntity += e.Effects - e.Actions
 		}
+		if e.MustApply && (e.Effects < e.Actions || e.WrongFinal) {
+			k.LostSetBacks++
+		}
 	}
 	k.DuplicateEffects = max(k.DuplicateEffectsByKey, k.DuplicateEffectsByEntity)
 	k.DuplicatesPer10k = ratio(k.DuplicateEffects, k.Operations) * 10000
 	k.FalseDedupeRate = ratio(k.FalseDedupes, k.Actions)
+	k.FalseSuppressionsPer10k = ratio(k.FalseDedupes, k.Actions) * 10000
 
 	// Operations: states, unknown outcomes, reconciliation, escalations.
 	var recon []time.Duration

@@ -180,3 +180,35 @@ func TestReasonClass(t *testing.T) {
 	require.Equal(t, "the vendor offers no lookup; a person must check", eval.ReasonClass("the vendor offers no lookup; a person must check"))
 	require.Equal(t, "(no reason recorded)", eval.ReasonClass(""))
 }
+
+// A set-back sequence whose third step was answered duplicate_operation
+// (the ledger took "active" again for a repeat of the first step) is a
+// false suppression, and its record keeps "suspended": the run fails.
+// Breaking it: counting only duplicates would let the lost step pass.
+func TestSetBackLostIsAFailure(t *testing.T) {
+	t.Parallel()
+	msg := func(id string, d op.Decision, opID string) eval.MessageObs {
+		return eval.MessageObs{EventID: id, Kind: eval.MsgOriginal, Decision: d, OperationID: opID}
+	}
+	obs := eval.Observations{
+		Actions: []eval.ActionObs{
+			{ID: "s0", Scenario: eval.ScenarioSetBack, Tool: "update_crm_record", Messages: []eval.MessageObs{msg("e0", op.DecisionNew, "op_0")}},
+			{ID: "s1", Scenario: eval.ScenarioSetBack, Tool: "update_crm_record", Messages: []eval.MessageObs{msg("e1", op.DecisionNew, "op_1")}},
+			{ID: "s2", Scenario: eval.ScenarioSetBack, Tool: "update_crm_record", Messages: []eval.MessageObs{msg("e2", op.DecisionDuplicateOperation, "op_0")}},
+		},
+		Operations: []eval.OperationObs{
+			{ID: "op_0", Scenario: eval.ScenarioSetBack, Tool: "update_crm_record", State: op.StateCompletedSuccess, Effects: 1},
+			{ID: "op_1", Scenario: eval.ScenarioSetBack, Tool: "update_crm_record", State: op.StateCompletedSuccess, Effects: 1},
+		},
+		Entities: []eval.EntityObs{{Scenario: eval.ScenarioSetBack, Kind: vendors.KindCRM, Entity: "rec_1", Effects: 2, Actions: 3,
+			MustApply: true, WrongFinal: true}},
+	}
+	k := eval.Compute(obs)
+	require.Equal(t, 1, k.FalseDedupes)
+	require.InDelta(t, 10000.0/3, k.FalseSuppressionsPer10k, 0.01)
+	require.Equal(t, 1, k.LostSetBacks)
+	require.Zero(t, k.DuplicateEffects)
+	rep := &eval.Report{KPIs: k}
+	require.True(t, rep.Failed())
+	require.Contains(t, rep.Verdict(), "1 false suppression(s)")
+}

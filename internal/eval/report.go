@@ -56,8 +56,9 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Sprintf("%d of %d ended completed_* or failed_*; %d escalated", k.ResolvedWithoutHuman, k.UnknownOutcomeOps, k.UnknownEscalated))
 	row("reconciliation time mean / p99", fmt.Sprintf("%s / %s", msStr(k.ReconciliationMeanMS), msStr(k.ReconciliationP99MS)),
 		fmt.Sprintf("unknown_outcome entered → left, %d episodes, max %s, %d still open", k.ReconciliationEpisodes, msStr(k.ReconciliationMaxMS), k.ReconciliationOpen))
-	row("false-dedupe rate", pct(k.FalseDedupeRate),
-		fmt.Sprintf("%d of %d business actions answered duplicate_operation/conflict without running; %d near-duplicate probes", k.FalseDedupes, k.Actions, k.NearDuplicateProbes))
+	row("false suppressions per 10k actions", fmt.Sprintf("%.2f", k.FalseSuppressionsPer10k),
+		fmt.Sprintf("%d of %d business actions answered duplicate_operation/conflict without running (rate %s); %d near-duplicate probes; %d set-back sequence(s) lost",
+			k.FalseDedupes, k.Actions, pct(k.FalseDedupeRate), k.NearDuplicateProbes, k.LostSetBacks))
 	row("re-plans not recognized", fmt.Sprint(k.ReplansNotRecognized), "same action under a new event id, not given the original's operation")
 	row("added latency p50 / p99", fmt.Sprintf("%s / %s", msStr(k.AddedLatencyP50MS), msStr(k.AddedLatencyP99MS)),
 		fmt.Sprintf("intent published → final result minus the attempt's vendor call, clean path (n=%d); end to end p50 %s p99 %s, vendor p50 %s",
@@ -109,11 +110,7 @@ func (r *Report) WriteText(w io.Writer) {
 				a.StartedAt.UTC().Format("15:04:05.000"), a.FinishedAt.UTC().Format("15:04:05.000"), a.Outcome, a.HTTPStatus, a.ErrorCategory, a.Error)
 		}
 	}
-	verdict := "PASS: no duplicate side effect, every operation settled"
-	if r.Failed() {
-		verdict = fmt.Sprintf("FAIL: %d duplicate side effect(s), %d unsettled operation(s)", k.DuplicateEffects, k.Unsettled)
-	}
-	fmt.Fprintf(w, "\n%s\n", verdict)
+	fmt.Fprintf(w, "\n%s\n", r.Verdict())
 }
 
 func pct(x float64) string { return fmt.Sprintf("%.2f%%", 100*x) }

@@ -163,6 +163,13 @@ func (t *tracker) snapshot() progress {
 	return p
 }
 
+// isAnswered reports whether the agent has an answer to eventID.
+func (t *tracker) isAnswered(eventID string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.answered[eventID]
+}
+
 // settledAt is when the agent got the result that settled operation id.
 func (t *tracker) settledAt(id string) time.Time {
 	t.mu.Lock()

@@ -56,6 +56,8 @@ type Config struct {
 	// (default 64: intents mostly wait on their commit, and more of them in
 	// flight let Postgres group the commits).
 	Workers int
+	// Tuning overrides the consumer's AckWait, heartbeat and Nak delay.
+	Tuning bus.Tuning
 }
 
 // Service is planner-ingest.
@@ -82,10 +84,10 @@ func New(cfg Config, st *store.Store, b *bus.Bus, reg *registry.Registry, m *tel
 // Start consumes intents until ctx ends; the returned function stops it and
 // waits for intents in flight.
 func (s *Service) Start(ctx context.Context) (stop func(), err error) {
-	return s.bus.Consume(ctx, bus.ConsumerConfig{
+	return s.bus.Consume(ctx, s.cfg.Tuning.Apply(bus.ConsumerConfig{
 		Stream: wire.StreamIntents, Durable: s.cfg.Durable, Workers: s.cfg.Workers,
-		Filters: []string{wire.IntentSubjectPrefix + ">"},
-	}, func(ctx context.Context, d bus.Delivery) error {
+		Filters: []string{wire.IntentSubjectPrefix + ">"}, Ready: s.store.Ping,
+	}), func(ctx context.Context, d bus.Delivery) error {
 		_, err := s.Ingest(ctx, d.Subject, d.Header, d.Data)
 		if err == nil {
 			failpoint.Hit(failpoint.IngestBeforeAck)

@@ -272,14 +272,19 @@ func (s *Service) Cancel(ctx context.Context, a Actor, id, reason string) (*op.O
 // Compensate runs the tool's compensation playbook for a completed (or
 // failed, or escalated) operation (operator). It returns the compensation,
 // a new operation with its own key, linked both ways, subject to its own
-// tool's approvals and guards.
+// tool's approvals and guards. Asking again returns the same compensation.
 func (s *Service) Compensate(ctx context.Context, a Actor, id, reason string) (*op.Operation, error) {
 	var comp *op.Operation
 	_, err := s.write(ctx, a, RoleOperator, "compensate", id, reason, nil, func(tx *store.Tx, o *op.Operation) (*op.Operation, error) {
+		// Asked before: the compensation that stands is the answer, whatever
+		// the original's state is by now (compensating, compensated).
+		var err error
+		if comp, err = compensate.Existing(ctx, tx, id); err != nil || comp != nil {
+			return comp, err
+		}
 		if _, err := op.Transition(o.State, op.EventCompensate); err != nil {
 			return nil, fmt.Errorf("operation %s is %s and cannot be compensated: %w", o.ID, o.State, ErrState)
 		}
-		var err error
 		comp, err = compensate.RequestTx(ctx, tx, s.reg, id, a.ID, reason)
 		return comp, err
 	})

@@ -45,6 +45,9 @@ type Config struct {
 	// clock, a vendor's "not found" is trusted as "never applied" (default
 	// 2s; vendors with propagation delay need more).
 	SettleDelay time.Duration
+	// Tuning overrides the consumer's AckWait (default 10s), heartbeat and
+	// Nak delay.
+	Tuning bus.Tuning
 }
 
 func (c *Config) setDefaults() {
@@ -81,10 +84,12 @@ func New(cfg Config, st *store.Store, b *bus.Bus, reg *registry.Registry, adapte
 
 // Start consumes reconcile commands until ctx ends.
 func (s *Service) Start(ctx context.Context) (stop func(), err error) {
-	return s.bus.Consume(ctx, bus.ConsumerConfig{
+	// Short AckWait with heartbeats, and a pause while the ledger is
+	// unreachable: a reconciler cut off from Postgres holds no commands.
+	return s.bus.Consume(ctx, s.cfg.Tuning.Apply(bus.ConsumerConfig{
 		Stream: wire.StreamOps, Durable: s.cfg.Durable, Workers: s.cfg.Workers,
-		Filters: []string{wire.OpsFilter(wire.KindUnknown)}, AckWait: time.Minute,
-	}, s.Handle)
+		Filters: []string{wire.OpsFilter(wire.KindUnknown)}, AckWait: 10 * time.Second, Ready: s.store.Ping,
+	}), s.Handle)
 }
 
 // errLookAgain asks for the command to be redelivered later.

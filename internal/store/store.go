@@ -29,6 +29,8 @@ type Store struct {
 	pool *pgxpool.Pool
 	// onOutbox is called after a transaction that wrote outbox rows commits.
 	onOutbox func()
+	// timeout bounds statements without a deadline (Options.StatementTimeout).
+	timeout time.Duration
 }
 
 // reads holds what works the same on the pool and in a transaction.
@@ -56,6 +58,10 @@ type Options struct {
 	// OnOutbox, when set, is called after every commit of a transaction that
 	// wrote outbox rows (to wake relays; see internal/outbox.Waker). It must not block.
 	OnOutbox func()
+	// StatementTimeout bounds each statement whose context has no deadline
+	// (default DefaultStatementTimeout; negative: no bound), so that a
+	// process cut off from Postgres fails fast instead of waiting for TCP.
+	StatementTimeout time.Duration
 }
 
 // Open connects to Postgres at connString. It does not apply migrations.
@@ -75,14 +81,31 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 		pool.Close()
 		return nil, fmt.Errorf("store: ping: %w", err)
 	}
-	return &Store{reads: reads{q: dbsqlc.New(pool), clock: opts.Clock}, pool: pool, onOutbox: opts.OnOutbox}, nil
+	return &Store{reads: reads{q: dbsqlc.New(wrapDeadline(pool, opts.StatementTimeout)), clock: opts.Clock}, pool: pool,
+		onOutbox: opts.OnOutbox, timeout: opts.StatementTimeout}, nil
 }
 
 // Close releases every connection.
 func (s *Store) Close() { s.pool.Close() }
 
-// Ping checks that the database answers.
-func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+// Ping checks that the database answers. Without a deadline on ctx it waits
+// at most the statement timeout.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := deadlined{timeout: s.statementTimeout()}.bound(ctx)
+	defer cancel()
+	return s.pool.Ping(ctx)
+}
+
+// statementTimeout is the bound deadlined applies; a huge one stands for none.
+func (s *Store) statementTimeout() time.Duration {
+	switch {
+	case s.timeout < 0:
+		return 100 * 365 * 24 * time.Hour
+	case s.timeout == 0:
+		return DefaultStatementTimeout
+	}
+	return s.timeout
+}
 
 // CheckSchema returns nil when the database has every migration this binary
 // embeds, and an error wrapping schema.ErrNotMigrated naming what is missing
@@ -122,16 +145,20 @@ func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
 }
 
 func (s *Store) inTxOnce(ctx context.Context, fn func(*Tx) error) error {
-	ptx, err := s.pool.Begin(ctx)
+	bctx, cancel := deadlined{timeout: s.statementTimeout()}.bound(ctx)
+	ptx, err := s.pool.Begin(bctx)
+	cancel()
 	if err != nil {
 		return translate(fmt.Errorf("begin: %w", err))
 	}
 	defer ptx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	tx := &Tx{reads: reads{q: dbsqlc.New(ptx), clock: s.clock}, tx: ptx}
+	tx := &Tx{reads: reads{q: dbsqlc.New(wrapDeadline(ptx, s.timeout)), clock: s.clock}, tx: ptx}
 	if err := fn(tx); err != nil {
 		return translate(err)
 	}
-	if err := ptx.Commit(ctx); err != nil {
+	cctx, cancel := deadlined{timeout: s.statementTimeout()}.bound(ctx)
+	defer cancel()
+	if err := ptx.Commit(cctx); err != nil {
 		return translate(fmt.Errorf("commit: %w", err))
 	}
 	if tx.wroteOutbox && s.onOutbox != nil {

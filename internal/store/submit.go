@@ -276,10 +276,20 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 // or rejected with the guard's reason), nil when the operation may be
 // created.
 func (t *Tx) beyondKey(ctx context.Context, s Submission) (*SubmitResult, error) {
-	if d := s.Dedupe; d.Key != "" && d.Window > 0 && d.Override == "" {
+	if d := s.Dedupe; d.Key != "" && d.Window > 0 {
+		// Every submission with this dedupe key takes its lock, overrides
+		// too, so that the key can be checked again under it: an operation
+		// with this very key committed since the first check (while this
+		// one waited for the lock) makes this a duplicate of its own
+		// operation, never "suppressed by the window" of another.
 		if err := t.q.XactLock(ctx, "dedupe:"+d.Key); err != nil {
 			return nil, fmt.Errorf("submit %s/%s: dedupe lock: %w", s.Source, s.EventID, translate(err))
 		}
+		if known, err := t.keyKnown(ctx, s); err != nil || known {
+			return nil, err
+		}
+	}
+	if d := s.Dedupe; d.Key != "" && d.Window > 0 && d.Override == "" {
 		row, err := t.q.OperationDedupeFind(ctx, dbsqlc.OperationDedupeFindParams{DedupeKey: d.Key, WindowSeconds: d.Window.Seconds(), Now: t.now()})
 		switch err = translate(err); {
 		case err == nil:
@@ -297,6 +307,11 @@ func (t *Tx) beyondKey(ctx context.Context, s Submission) (*SubmitResult, error)
 			if err := t.q.XactLock(ctx, "entity:"+o.EntityType+":"+o.EntityID); err != nil {
 				return nil, fmt.Errorf("submit %s/%s: entity lock: %w", s.Source, s.EventID, translate(err))
 			}
+			// As for the window: the key decides first, also when its
+			// operation committed while this one waited for the lock.
+			if known, err := t.keyKnown(ctx, s); err != nil || known {
+				return nil, err
+			}
 		}
 		reason, err := s.Guard(ctx, t, o)
 		if err != nil {
@@ -307,6 +322,19 @@ func (t *Tx) beyondKey(ctx context.Context, s Submission) (*SubmitResult, error)
 		}
 	}
 	return nil, nil
+}
+
+// keyKnown reports whether an operation with the submission's key exists
+// now (read committed: it sees what committed since the first check).
+func (t *Tx) keyKnown(ctx context.Context, s Submission) (bool, error) {
+	_, err := t.q.OperationGetByKey(ctx, s.Operation.IdempotencyKey)
+	switch err = translate(err); {
+	case err == nil:
+		return true, nil
+	case isNotFound(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("submit %s/%s: operation by key: %w", s.Source, s.EventID, err)
 }
 
 // record writes a decision that creates no operation: the inbox decision
