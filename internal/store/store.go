@@ -56,6 +56,14 @@ type Options struct {
 	// OnOutbox, when set, is called after every commit of a transaction that
 	// wrote outbox rows (to wake relays; see internal/outbox.Waker). It must not block.
 	OnOutbox func()
+	// Role, when set, is the Postgres role (schema.Roles) every connection
+	// takes with SET ROLE right after connecting, so that this store may do
+	// only what the role may (schema/grants.sql). The login user must be a
+	// member of it. "" keeps the login user's own privileges: a service
+	// whose DATABASE_URL already names a login user in the right roles.
+	// SET ROLE guards against mistakes, not a hostile process, which may
+	// RESET ROLE: separate login users per process are the boundary.
+	Role string
 }
 
 // Open connects to Postgres at connString. It does not apply migrations.
@@ -66,6 +74,15 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
+	}
+	if opts.Role != "" {
+		setRole := "SET ROLE " + pgx.Identifier{opts.Role}.Sanitize()
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			if _, err := c.Exec(ctx, setRole); err != nil {
+				return fmt.Errorf("store: set role %s (the login user must be a member of it): %w", opts.Role, err)
+			}
+			return nil
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -62,6 +62,8 @@ type harness struct {
 	template   string
 	created    bool // the template database exists (dropped by teardown)
 	seq        atomic.Int64
+	usersMu    sync.Mutex
+	users      []string // login users made by User, dropped by teardown
 }
 
 // Main runs the tests of a package whose tests use New or NewPool, then
@@ -244,6 +246,11 @@ func (h *harness) buildTemplate(ctx context.Context, admin *pgx.ConnConfig) erro
 
 func (h *harness) teardown() error {
 	var errs []error
+	if h.admin != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
+		errs = append(errs, h.dropUsers(ctx))
+		cancel()
+	}
 	if h.created {
 		ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
 		if _, err := h.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(h.template)+" WITH (FORCE)"); err != nil {
