@@ -337,4 +337,3 @@ func TestGrantMatrixDoc(t *testing.T) {
 			docPath, want, got)
 	}
 }
-
