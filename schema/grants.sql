@@ -40,14 +40,15 @@ GRANT USAGE ON SCHEMA public TO opledger_ingest, opledger_dispatcher, opledger_r
 GRANT SELECT ON schema_migrations TO opledger_ingest, opledger_dispatcher, opledger_reconciler,
     opledger_compensator, opledger_maintainer, opledger_relay, opledger_operator;
 
--- operations: created by intents (ingest, and the compensator's
--- compensations); moved by transitions (OperationTransition: everyone who
+-- operations: created by intents (ingest, and compensations: the
+-- compensator's, and an operator's "compensate", whose intake runs in the
+-- operator's transaction, so operators have the intake grants too); moved by transitions (OperationTransition: everyone who
 -- decides; OperationDispatch: dispatchers, who also count attempts). Nobody
 -- rewrites what an operation is (tool, arguments, key, tenant) or deletes one.
 -- OperationInsertOrGet's no-op conflict update sets updated_at to itself.
 GRANT SELECT ON operations TO opledger_ingest, opledger_dispatcher, opledger_reconciler,
     opledger_compensator, opledger_maintainer, opledger_operator;
-GRANT INSERT ON operations TO opledger_ingest, opledger_compensator;
+GRANT INSERT ON operations TO opledger_ingest, opledger_compensator, opledger_operator;
 GRANT UPDATE (state, version, lease_epoch, generation, generation_started_at, generation_attempt_base,
               external_request_id, external_object_id, last_error_category, last_error, updated_at)
     ON operations TO opledger_ingest, opledger_dispatcher, opledger_reconciler,
@@ -68,9 +69,9 @@ GRANT UPDATE (finished_at, outcome, error_category, error, http_status, external
 
 -- inbox: every intent (and every compensation's) is recorded with its
 -- decision; the maintainer deletes rejected garbage after retention.
-GRANT SELECT, INSERT ON inbox TO opledger_ingest, opledger_compensator;
+GRANT SELECT, INSERT ON inbox TO opledger_ingest, opledger_compensator, opledger_operator;
 GRANT UPDATE (decision, reason, operation_id, duplicate_count, last_seen_at)
-    ON inbox TO opledger_ingest, opledger_compensator;
+    ON inbox TO opledger_ingest, opledger_compensator, opledger_operator;
 GRANT SELECT, DELETE ON inbox TO opledger_maintainer;
 
 -- outbox: whoever decides writes its messages in the same statement; relays
@@ -90,12 +91,13 @@ GRANT SELECT, DELETE ON entity_leases TO opledger_ingest, opledger_dispatcher, o
 GRANT INSERT, UPDATE (operation_id, epoch, acquired_at, expires_at) ON entity_leases TO opledger_dispatcher;
 
 -- entity_versions: the version an intent acts on, taken at intake.
-GRANT SELECT, INSERT, UPDATE (seq, last_seq, last_action) ON entity_versions TO opledger_ingest, opledger_compensator;
+GRANT SELECT, INSERT, UPDATE (seq, last_seq, last_action) ON entity_versions TO opledger_ingest, opledger_compensator,
+    opledger_operator;
 
 -- approval_requests / approval_votes: opened at intake, voted on by
 -- operators, expired by the maintainer.
 GRANT SELECT ON approval_requests TO opledger_ingest, opledger_compensator, opledger_maintainer, opledger_operator;
-GRANT INSERT ON approval_requests TO opledger_ingest, opledger_compensator;
+GRANT INSERT ON approval_requests TO opledger_ingest, opledger_compensator, opledger_operator;
 GRANT UPDATE (status, decided_at) ON approval_requests TO opledger_maintainer, opledger_operator;
 GRANT SELECT ON approval_votes TO opledger_ingest, opledger_compensator, opledger_maintainer, opledger_operator;
 GRANT INSERT ON approval_votes TO opledger_operator;

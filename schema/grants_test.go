@@ -136,8 +136,7 @@ var forbidden = map[string][]string{
 	"opledger_operator": {
 		`UPDATE attempts SET outcome = 'success'`,
 		`INSERT INTO attempts (id, operation_id, number, lease_epoch, deadline_at) VALUES ('a', 'o', 1, 1, now())`,
-		`INSERT INTO operations (id, workflow_id, tool, tool_version, args_canonical, args_hash, side_effect_class, idempotency_key, state) VALUES ('o', 'w', 't', 1, '{}', 'h', 'pure_read', 'k', 'planned')`,
-		`INSERT INTO inbox (source, event_id, payload, payload_hash, decision) VALUES ('s', 'e', '', 'h', 'new')`,
+		`UPDATE inbox SET payload = ''`,
 		`DELETE FROM inbox`,
 		`DELETE FROM outbox`,
 		`UPDATE outbox SET sent_at = now()`,

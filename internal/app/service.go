@@ -154,7 +154,7 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	defer s.Stop()
 	hc := HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: s.Ready}
 	if cfg.Name == PlannerIngest {
-		a, err := api.New(api.Config{Ops: ops.New(s.Store, reg), Tokens: tokens, Registerer: promReg, Log: log})
+		a, err := api.New(api.Config{Ops: ops.New(s.StoreFor(PartAPI), reg), Tokens: tokens, Registerer: promReg, Log: log})
 		if err != nil {
 			return err
 		}

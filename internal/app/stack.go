@@ -87,7 +87,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 		return nil, err
 	}
 	if cfg.HTTPAddr != "" {
-		a, err := api.New(api.Config{Ops: ops.New(d.Services.Store, d.Registry), Tokens: cfg.APITokens, Registerer: promReg,
+		a, err := api.New(api.Config{Ops: ops.New(d.Services.StoreFor(PartAPI), d.Registry), Tokens: cfg.APITokens, Registerer: promReg,
 			Log: cfg.Log.With().Str("service", "api").Logger()})
 		if err != nil {
 			return nil, err
