@@ -3,7 +3,10 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 
 	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/ops"
+	"github.com/opledger/opledger/internal/pglocal"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/internal/vendors"
 	"github.com/opledger/opledger/pkg/client"
@@ -137,4 +141,45 @@ func states(list []*op.Operation) []string {
 		s = append(s, o.Tool+":"+string(o.State))
 	}
 	return s
+}
+
+// TestDevModeRunsServicesAsRoles starts a stack on its own private cluster
+// the way `opledger dev` does (RoleUsers): every service and part gets a
+// login user in its role, and an intent still completes. Without RoleUsers
+// Infra.DatabaseURLs would be nil and the first check fails; with a missing
+// grant the intent never completes.
+func TestDevModeRunsServicesAsRoles(t *testing.T) {
+	t.Parallel()
+	d, err := app.StartStack(context.Background(), app.StackConfig{
+		Infra:    app.InfraConfig{MemoryStreams: true, RoleUsers: true},
+		Services: app.ServicesConfig{Relays: 1, Reconcile: reconcileFast, Maintain: maintainFast},
+	})
+	if ci, _ := strconv.ParseBool(os.Getenv("CI")); !ci && errors.Is(err, pglocal.ErrBinariesNotFound) {
+		t.Skip(err) // CI=true fails instead
+	}
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	require.Len(t, d.Infra.DatabaseURLs, len(app.DBRoles))
+	for part := range app.DBRoles {
+		require.NotSame(t, d.Services.Store, d.Services.StoreFor(part), "%s has its own login", part)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := client.Connect(d.Infra.NATSURL, "dev-agent")
+	require.NoError(t, err)
+	defer cl.Close()
+	require.NoError(t, cl.Publish(ctx, wire.Intent{EventID: "conv_dev:call_1", WorkflowID: "wf_dev", Tool: "send_email",
+		Args: json.RawMessage(`{"to":"user@example.com","template":"payment_receipt","reference":"order_dev"}`)}, ""))
+	for {
+		list, err := d.Services.Store.OperationsByWorkflow(ctx, "wf_dev")
+		require.NoError(t, err)
+		if len(list) == 1 && list[0].State == op.StateCompletedSuccess {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the intent did not complete: %v", states(list))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -83,6 +83,9 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 
 	sc := cfg.Services
 	sc.DatabaseURL, sc.NATSURL, sc.Registry, sc.Metrics, sc.Log = d.Infra.DatabaseURL, d.Infra.NATSURL, d.Registry, d.Metrics, cfg.Log
+	if sc.DatabaseURLs == nil {
+		sc.DatabaseURLs = d.Infra.DatabaseURLs
+	}
 	if d.Services, err = StartServices(ctx, sc); err != nil {
 		return nil, err
 	}
