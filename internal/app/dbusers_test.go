@@ -26,7 +26,9 @@ func TestEnsureDBUser(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Close(context.WithoutCancel(ctx))
 	user := fmt.Sprintf("opledger_svc_test_%d", testdbSeq(t, conn))
-	t.Cleanup(func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "DROP ROLE IF EXISTS "+pgx.Identifier{user}.Sanitize()) })
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "DROP ROLE IF EXISTS "+pgx.Identifier{user}.Sanitize())
+	})
 
 	require.NoError(t, app.EnsureDBUser(ctx, conn, user, app.Reconciler, "first"))
 	_, err = conn.Exec(ctx, "GRANT opledger_operator TO "+pgx.Identifier{user}.Sanitize())
