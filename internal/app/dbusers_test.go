@@ -24,7 +24,7 @@ func TestEnsureDBUser(t *testing.T) {
 	ctx := t.Context()
 	conn, err := pgx.Connect(ctx, cs)
 	require.NoError(t, err)
-	defer conn.Close(context.WithoutCancel(ctx))
+	t.Cleanup(func() { conn.Close(context.WithoutCancel(ctx)) }) // after the DROP ROLE below
 	user := fmt.Sprintf("opledger_svc_test_%d", testdbSeq(t, conn))
 	t.Cleanup(func() {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "DROP ROLE IF EXISTS "+pgx.Identifier{user}.Sanitize())
