@@ -183,3 +183,42 @@ func TestDevModeRunsServicesAsRoles(t *testing.T) {
 		}
 	}
 }
+
+// TestSetRolesOnOneLogin runs every part on the owner's login with SetRoles:
+// each part's pool takes its role with SET ROLE, so an intent completes and
+// yet the relay's store may not read operations (42501). Without the SET
+// ROLE the relay's read would succeed as the owner's.
+func TestSetRolesOnOneLogin(t *testing.T) {
+	t.Parallel()
+	d, err := app.StartStack(context.Background(), app.StackConfig{
+		Infra:    app.InfraConfig{DatabaseURL: testdb.New(t), MemoryStreams: true},
+		Services: app.ServicesConfig{Relays: 1, SetRoles: true, Reconcile: reconcileFast, Maintain: maintainFast},
+	})
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	_, err = d.Services.StoreFor(app.PartRelay).OperationsByWorkflow(ctx, "wf_any")
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "42501", pgErr.Code, "the relay runs as opledger_relay, which may not read operations")
+
+	cl, err := client.Connect(d.Infra.NATSURL, "setrole-agent")
+	require.NoError(t, err)
+	defer cl.Close()
+	require.NoError(t, cl.Publish(ctx, wire.Intent{EventID: "conv_sr:call_1", WorkflowID: "wf_sr", Tool: "send_email",
+		Args: json.RawMessage(`{"to":"user@example.com","template":"payment_receipt","reference":"order_sr"}`)}, ""))
+	for {
+		list, err := d.Services.Store.OperationsByWorkflow(ctx, "wf_sr")
+		require.NoError(t, err)
+		if len(list) == 1 && list[0].State == op.StateCompletedSuccess {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the intent did not complete: %v", states(list))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
