@@ -11,6 +11,11 @@
 // migration applied (schema.Migrate); each test's database is a cheap
 // CREATE DATABASE … TEMPLATE of it, dropped WITH (FORCE) when the test ends.
 //
+// User adds a login user in given roles (opledger's group roles, see
+// schema.Roles) and returns the connection string logged in as it, so tests
+// run services with only their grants; with DATABASE_URL its role then also
+// needs CREATEROLE.
+//
 // When no PostgreSQL is available, New skips the test with the reason and
 // the fix, except under CI=true, where it fails: CI must not go green by
 // skipping.
