@@ -97,7 +97,8 @@ type ServicesConfig struct {
 	DBMaxConns int32
 	// DatabaseURLs, when set, gives a service or part (DBRoles' keys) its
 	// own connection string, typically a login user in its role; the others
-	// use DatabaseURL.
+	// use DatabaseURL. Each part with a login or role of its own has its own
+	// pool, capped at DBMaxConns.
 	DatabaseURLs map[string]string
 	// SetRoles has every service and part take its role (DBRoles) with SET
 	// ROLE on its own pool, so that in one process each does only what its
