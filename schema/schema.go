@@ -31,7 +31,9 @@ const migrateLock = 0x6f706c6564676572 // "opledger"
 
 // Migrate applies every embedded migration not yet recorded in
 // schema_migrations, each in its own transaction, in file-name order. It is
-// safe to run concurrently and repeatedly. It returns the names it applied.
+// safe to run concurrently and repeatedly. It then applies schema/grants.sql
+// (ApplyGrants) and fails, wrapping ErrUndecidedGrants, when an object of the
+// schema has no decided grants. It returns the names it applied.
 func Migrate(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrateLock)); err != nil {
 		return nil, fmt.Errorf("migrate: take lock: %w", err)
@@ -70,6 +72,11 @@ func Migrate(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 			return applied, fmt.Errorf("migrate: apply %s: %w", name, err)
 		}
 		applied = append(applied, name)
+	}
+	// Every migrate ends with the grant matrix, and refuses to finish while
+	// an object of the schema has no decided grants.
+	if err := ApplyGrants(ctx, conn); err != nil {
+		return applied, fmt.Errorf("migrate: %w", err)
 	}
 	return applied, nil
 }

@@ -6,7 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/vendors"
@@ -59,6 +62,52 @@ func runMigrate(ctx context.Context, args []string, env func(string) (string, bo
 	fmt.Fprintln(stdout, "schema is up to date")
 	return nil
 }
+
+// runDBUsers is "opledger db-users": a login user per service process, in
+// the Postgres roles of what that process runs, with its password from the
+// environment. Run it as the migrator, after migrate.
+func runDBUsers(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("opledger db-users", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: opledger db-users [flags]\n\nFor each service whose password is set in %s<SERVICE> (e.g. %sPLANNER_INGEST),\n"+
+			"creates or updates the login user opledger_svc_<service> in exactly the roles its process needs (docs/security.md).\n\n",
+			dbPasswordEnv, dbPasswordEnv)
+		fs.PrintDefaults()
+	}
+	url := fs.String("database-url", getenv(env, "DATABASE_URL"), "the migrator's Postgres connection string (default $DATABASE_URL)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *url == "" {
+		return errors.New("db-users: set DATABASE_URL or pass -database-url")
+	}
+	conn, err := pgx.Connect(ctx, *url)
+	if err != nil {
+		return fmt.Errorf("db-users: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	done := 0
+	for _, svc := range app.AllServices {
+		pw := getenv(env, dbPasswordEnv+strings.ToUpper(strings.ReplaceAll(svc, "-", "_")))
+		if pw == "" {
+			continue
+		}
+		user := app.DBUserName(svc)
+		if err := app.EnsureDBUser(ctx, conn, user, svc, pw); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: login user %s in %s\n", svc, user, strings.Join(app.ProcessDBRoles(svc), ", "))
+		done++
+	}
+	if done == 0 {
+		return fmt.Errorf("db-users: no %s<SERVICE> variable is set; nothing to do", dbPasswordEnv)
+	}
+	return nil
+}
+
+// dbPasswordEnv prefixes the variables holding the services' Postgres passwords.
+const dbPasswordEnv = "OPLEDGER_DB_PASSWORD_"
 
 // runVendors is "opledger vendors": the local stand-in vendors on their own.
 func runVendors(ctx context.Context, args []string, _ func(string) (string, bool), stdout, stderr io.Writer) error {

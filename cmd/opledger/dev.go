@@ -19,6 +19,7 @@ func runDev(ctx context.Context, args []string, env func(string) (string, bool),
 	fs.SetOutput(stderr)
 	f := newStackFlags(fs, env, "info")
 	f.cfg.Infra.Durable = true
+	f.cfg.Infra.RoleUsers = true // each service with only its grants (private cluster)
 	fs.StringVar(&f.cfg.HTTPAddr, "http", "127.0.0.1:8480", "loopback address for /metrics, /healthz, /readyz and the operators' API")
 	fs.IntVar(&f.cfg.Services.Dispatchers, "dispatchers", 3, "dispatcher instances")
 	tokensFile := getenv(env, "OPLEDGER_API_TOKENS")

@@ -26,7 +26,9 @@ commands:
   bench     measure intent→completed_success throughput and the latency opledger adds
   eval      run the fault-injection scenario matrix and print the KPIs (duplicates per
             10k, unknown outcomes, reconciliation time, false dedupes, added latency)
-  migrate   apply the schema migrations to DATABASE_URL
+  migrate   apply the schema migrations and the grants (schema/grants.sql) to DATABASE_URL
+  db-users  create or update each service's login user in its Postgres roles, passwords
+            from OPLEDGER_DB_PASSWORD_<SERVICE> (docs/security.md)
   vendors   serve the local stand-in vendors (payments, email, tickets, crm, accounts)
   probe     GET a URL and exit 0 on 2xx (a healthcheck for containers without curl)
   ops       the human loop over the API: list, show, approve, deny, resolve, cancel,
@@ -50,7 +52,7 @@ func run(args []string, env func(string) (string, bool), stdout, stderr io.Write
 		return 2
 	}
 	commands := map[string]command{"dev": runDev, "demo": runDemo, "bench": runBench, "eval": runEval, "migrate": runMigrate,
-		"vendors": runVendors, "probe": runProbe, "ops": runOps, "token": runToken,
+		"db-users": runDBUsers, "vendors": runVendors, "probe": runProbe, "ops": runOps, "token": runToken,
 		"service": runService} // service is hidden: eval -kill runs one service per process with it
 	switch args[0] {
 	case "-h", "--help", "help":

@@ -149,7 +149,7 @@ INSERT INTO operations (
     $16, $17, $18, $19, $20,
     coalesce($21::timestamptz, now()), coalesce($21::timestamptz, now())
 )
-ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+ON CONFLICT (idempotency_key) DO UPDATE SET updated_at = operations.updated_at
 RETURNING operations.id, operations.workflow_id, operations.run_id, operations.tool, operations.tool_version, operations.intent, operations.entity_type, operations.entity_id, operations.args_canonical, operations.args_hash, operations.side_effect_class, operations.idempotency_key, operations.state, operations.attempt_count, operations.lease_epoch, operations.external_request_id, operations.external_object_id, operations.compensates_operation_id, operations.trace_id, operations.last_error_category, operations.last_error, operations.created_at, operations.updated_at, operations.version, operations.origin_event_id, operations.generation, operations.generation_started_at, operations.generation_attempt_base, operations.proposed_by, operations.dedupe_key, operations.tenant, (xmax <> 0)::boolean AS duplicate
 `
 
@@ -537,6 +537,179 @@ func (q *Queries) OperationListUnattended(ctx context.Context, arg OperationList
 }
 
 const operationTransition = `-- name: OperationTransition :one
+WITH changed AS (
+    UPDATE operations SET
+        state               = $1,
+        version             = operations.version + cardinality($2::text[]),
+        lease_epoch         = operations.lease_epoch + CASE WHEN $3::boolean THEN 1 ELSE 0 END,
+        generation          = operations.generation + CASE WHEN $4::boolean THEN 1 ELSE 0 END,
+        generation_started_at = CASE WHEN $4::boolean THEN coalesce($5::timestamptz, now())
+                                     ELSE operations.generation_started_at END,
+        generation_attempt_base = CASE WHEN $4::boolean THEN operations.attempt_count
+                                       ELSE operations.generation_attempt_base END,
+        external_request_id = coalesce(nullif($6::text, ''), operations.external_request_id),
+        external_object_id  = coalesce(nullif($7::text, ''), operations.external_object_id),
+        last_error_category = CASE WHEN $8::boolean THEN $9::text ELSE operations.last_error_category END,
+        last_error          = CASE WHEN $8::boolean THEN $10::text ELSE operations.last_error END,
+        updated_at          = coalesce($5::timestamptz, now())
+    WHERE operations.id = $11 AND operations.state = $12 AND operations.lease_epoch = $13
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant
+), released AS (
+    -- An operation no longer in flight gives its entity's lease back.
+    DELETE FROM entity_leases WHERE operation_id = $11 AND $14::boolean AND EXISTS (SELECT 1 FROM changed)
+), appended AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
+    SELECT changed.id,
+           (SELECT coalesce(max(oe.seq), 0) FROM operation_events oe WHERE oe.operation_id = changed.id) + e.ord,
+           e.event, e.from_state, e.to_state, changed.lease_epoch, $15, $16, e.detail, changed.updated_at
+    FROM changed,
+         (SELECT unnest($2::text[]) AS event, unnest($17::text[]) AS from_state,
+                 unnest($18::text[]) AS to_state, unnest($19::jsonb[]) AS detail,
+                 generate_series(1, cardinality($2::text[])) AS ord) AS e
+), queued AS (
+    INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
+    SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
+           coalesce($5::timestamptz, now()) + make_interval(secs => m.delay_seconds)
+    FROM (SELECT unnest($20::text[]) AS subject, unnest($21::text[]) AS msg_id,
+                 unnest($22::jsonb[]) AS headers, unnest($23::bytea[]) AS payload,
+                 unnest($24::text[]) AS operation_id, unnest($25::float8[]) AS delay_seconds) AS m
+    WHERE EXISTS (SELECT 1 FROM changed)
+)
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM changed
+`
+
+type OperationTransitionParams struct {
+	ToState           string
+	Events            []string
+	BumpEpoch         bool
+	Reopen            bool
+	Now               *time.Time
+	ExternalRequestID string
+	ExternalObjectID  string
+	SetError          bool
+	ErrorCategory     string
+	Error             string
+	ID                string
+	FromState         string
+	LeaseEpoch        int64
+	ReleaseLease      bool
+	AttemptID         string
+	Actor             string
+	FromStates        []string
+	ToStates          []string
+	Details           [][]byte
+	Subjects          []string
+	MsgIds            []string
+	Headers           [][]byte
+	Payloads          [][]byte
+	OperationIds      []string
+	Delays            []float64
+}
+
+type OperationTransitionRow struct {
+	ID                     string
+	WorkflowID             string
+	RunID                  string
+	Tool                   string
+	ToolVersion            int32
+	Intent                 string
+	EntityType             string
+	EntityID               string
+	ArgsCanonical          string
+	ArgsHash               string
+	SideEffectClass        string
+	IdempotencyKey         string
+	State                  string
+	AttemptCount           int32
+	LeaseEpoch             int64
+	ExternalRequestID      string
+	ExternalObjectID       string
+	CompensatesOperationID *string
+	TraceID                string
+	LastErrorCategory      string
+	LastError              string
+	CreatedAt              time.Time
+	UpdatedAt              time.Time
+	Version                int64
+	OriginEventID          string
+	Generation             int32
+	GenerationStartedAt    *time.Time
+	GenerationAttemptBase  int32
+	ProposedBy             string
+	DedupeKey              string
+	Tenant                 string
+}
+
+// OperationTransitionFinishing without the attempt: the same statement for
+// the writers that finish no attempt (planner-ingest reopening, the
+// reconciler, the compensator, operators), which may not update attempts.
+// Keep the two in step.
+func (q *Queries) OperationTransition(ctx context.Context, arg OperationTransitionParams) (OperationTransitionRow, error) {
+	row := q.db.QueryRow(ctx, operationTransition,
+		arg.ToState,
+		arg.Events,
+		arg.BumpEpoch,
+		arg.Reopen,
+		arg.Now,
+		arg.ExternalRequestID,
+		arg.ExternalObjectID,
+		arg.SetError,
+		arg.ErrorCategory,
+		arg.Error,
+		arg.ID,
+		arg.FromState,
+		arg.LeaseEpoch,
+		arg.ReleaseLease,
+		arg.AttemptID,
+		arg.Actor,
+		arg.FromStates,
+		arg.ToStates,
+		arg.Details,
+		arg.Subjects,
+		arg.MsgIds,
+		arg.Headers,
+		arg.Payloads,
+		arg.OperationIds,
+		arg.Delays,
+	)
+	var i OperationTransitionRow
+	err := row.Scan(
+		&i.ID,
+		&i.WorkflowID,
+		&i.RunID,
+		&i.Tool,
+		&i.ToolVersion,
+		&i.Intent,
+		&i.EntityType,
+		&i.EntityID,
+		&i.ArgsCanonical,
+		&i.ArgsHash,
+		&i.SideEffectClass,
+		&i.IdempotencyKey,
+		&i.State,
+		&i.AttemptCount,
+		&i.LeaseEpoch,
+		&i.ExternalRequestID,
+		&i.ExternalObjectID,
+		&i.CompensatesOperationID,
+		&i.TraceID,
+		&i.LastErrorCategory,
+		&i.LastError,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Version,
+		&i.OriginEventID,
+		&i.Generation,
+		&i.GenerationStartedAt,
+		&i.GenerationAttemptBase,
+		&i.ProposedBy,
+		&i.DedupeKey,
+		&i.Tenant,
+	)
+	return i, err
+}
+
+const operationTransitionFinishing = `-- name: OperationTransitionFinishing :one
 WITH finished AS (
     UPDATE attempts SET
         finished_at = coalesce($1::timestamptz, now()),
@@ -585,7 +758,7 @@ WITH finished AS (
 SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM changed
 `
 
-type OperationTransitionParams struct {
+type OperationTransitionFinishingParams struct {
 	Now                      *time.Time
 	Outcome                  string
 	AttemptErrorCategory     string
@@ -620,7 +793,7 @@ type OperationTransitionParams struct {
 	Delays                   []float64
 }
 
-type OperationTransitionRow struct {
+type OperationTransitionFinishingRow struct {
 	ID                     string
 	WorkflowID             string
 	RunID                  string
@@ -664,8 +837,12 @@ type OperationTransitionRow struct {
 // and the outbox rows (the agent's result, the follow-up command) are
 // written only if the operation changed. A late or duplicate writer updates
 // no operation and learns why from OperationGet.
-func (q *Queries) OperationTransition(ctx context.Context, arg OperationTransitionParams) (OperationTransitionRow, error) {
-	row := q.db.QueryRow(ctx, operationTransition,
+// OperationTransitionFinishing also finishes the writer's attempt: only the
+// roles that finish attempts (dispatcher, maintainer) may run it, so the
+// roles that never touch attempts run OperationTransition, which does not
+// name the attempts table (schema/grants.sql).
+func (q *Queries) OperationTransitionFinishing(ctx context.Context, arg OperationTransitionFinishingParams) (OperationTransitionFinishingRow, error) {
+	row := q.db.QueryRow(ctx, operationTransitionFinishing,
 		arg.Now,
 		arg.Outcome,
 		arg.AttemptErrorCategory,
@@ -699,7 +876,7 @@ func (q *Queries) OperationTransition(ctx context.Context, arg OperationTransiti
 		arg.OperationIds,
 		arg.Delays,
 	)
-	var i OperationTransitionRow
+	var i OperationTransitionFinishingRow
 	err := row.Scan(
 		&i.ID,
 		&i.WorkflowID,

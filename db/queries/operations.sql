@@ -12,7 +12,7 @@ INSERT INTO operations (
     sqlc.narg('compensates_operation_id'), @trace_id, @proposed_by, @dedupe_key, @tenant,
     coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now())
 )
-ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+ON CONFLICT (idempotency_key) DO UPDATE SET updated_at = operations.updated_at
 RETURNING sqlc.embed(operations), (xmax <> 0)::boolean AS duplicate;
 
 -- name: OperationGet :one
@@ -36,7 +36,7 @@ WHERE a.finished_at IS NULL
 ORDER BY a.deadline_at
 LIMIT @max_rows;
 
--- name: OperationTransition :one
+-- name: OperationTransitionFinishing :one
 -- One decision, one statement: a chain of events (usually one) moves the
 -- operation from from_state to to_state, conditional on the state and lease
 -- epoch the writer expects; every event of the chain gets its row; the
@@ -47,6 +47,10 @@ LIMIT @max_rows;
 -- and the outbox rows (the agent's result, the follow-up command) are
 -- written only if the operation changed. A late or duplicate writer updates
 -- no operation and learns why from OperationGet.
+-- OperationTransitionFinishing also finishes the writer's attempt: only the
+-- roles that finish attempts (dispatcher, maintainer) may run it, so the
+-- roles that never touch attempts run OperationTransition, which does not
+-- name the attempts table (schema/grants.sql).
 WITH finished AS (
     UPDATE attempts SET
         finished_at = coalesce(sqlc.narg('now')::timestamptz, now()),
@@ -55,6 +59,51 @@ WITH finished AS (
     WHERE attempts.id = @finish_attempt_id
       AND (attempts.finished_at IS NULL OR (attempts.error_category = 'swept' AND @attempt_error_category::text <> 'swept'))
 ), changed AS (
+    UPDATE operations SET
+        state               = @to_state,
+        version             = operations.version + cardinality(@events::text[]),
+        lease_epoch         = operations.lease_epoch + CASE WHEN @bump_epoch::boolean THEN 1 ELSE 0 END,
+        generation          = operations.generation + CASE WHEN @reopen::boolean THEN 1 ELSE 0 END,
+        generation_started_at = CASE WHEN @reopen::boolean THEN coalesce(sqlc.narg('now')::timestamptz, now())
+                                     ELSE operations.generation_started_at END,
+        generation_attempt_base = CASE WHEN @reopen::boolean THEN operations.attempt_count
+                                       ELSE operations.generation_attempt_base END,
+        external_request_id = coalesce(nullif(@external_request_id::text, ''), operations.external_request_id),
+        external_object_id  = coalesce(nullif(@external_object_id::text, ''), operations.external_object_id),
+        last_error_category = CASE WHEN @set_error::boolean THEN @error_category::text ELSE operations.last_error_category END,
+        last_error          = CASE WHEN @set_error::boolean THEN @error::text ELSE operations.last_error END,
+        updated_at          = coalesce(sqlc.narg('now')::timestamptz, now())
+    WHERE operations.id = @id AND operations.state = @from_state AND operations.lease_epoch = @lease_epoch
+    RETURNING *
+), released AS (
+    -- An operation no longer in flight gives its entity's lease back.
+    DELETE FROM entity_leases WHERE operation_id = @id AND @release_lease::boolean AND EXISTS (SELECT 1 FROM changed)
+), appended AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
+    SELECT changed.id,
+           (SELECT coalesce(max(oe.seq), 0) FROM operation_events oe WHERE oe.operation_id = changed.id) + e.ord,
+           e.event, e.from_state, e.to_state, changed.lease_epoch, @attempt_id, @actor, e.detail, changed.updated_at
+    FROM changed,
+         (SELECT unnest(@events::text[]) AS event, unnest(@from_states::text[]) AS from_state,
+                 unnest(@to_states::text[]) AS to_state, unnest(@details::jsonb[]) AS detail,
+                 generate_series(1, cardinality(@events::text[])) AS ord) AS e
+), queued AS (
+    INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
+    SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
+           coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => m.delay_seconds)
+    FROM (SELECT unnest(@subjects::text[]) AS subject, unnest(@msg_ids::text[]) AS msg_id,
+                 unnest(@headers::jsonb[]) AS headers, unnest(@payloads::bytea[]) AS payload,
+                 unnest(@operation_ids::text[]) AS operation_id, unnest(@delays::float8[]) AS delay_seconds) AS m
+    WHERE EXISTS (SELECT 1 FROM changed)
+)
+SELECT * FROM changed;
+
+-- name: OperationTransition :one
+-- OperationTransitionFinishing without the attempt: the same statement for
+-- the writers that finish no attempt (planner-ingest reopening, the
+-- reconciler, the compensator, operators), which may not update attempts.
+-- Keep the two in step.
+WITH changed AS (
     UPDATE operations SET
         state               = @to_state,
         version             = operations.version + cardinality(@events::text[]),

@@ -23,12 +23,14 @@ import (
 func TestMain(m *testing.M) { testdb.Main(m) }
 
 // startSystem runs the whole pipeline against a fresh database: embedded
-// NATS, local vendors, and every service with three dispatcher instances.
+// NATS, local vendors, and every service with three dispatcher instances,
+// each service and part logged in as its own user in its Postgres role.
 func startSystem(t *testing.T, dispatchers int) *app.Stack {
 	t.Helper()
+	cs := testdb.New(t)
 	d, err := app.StartStack(context.Background(), app.StackConfig{
-		Infra: app.InfraConfig{DatabaseURL: testdb.New(t), MemoryStreams: true},
-		Services: app.ServicesConfig{Dispatchers: dispatchers, Relays: 2,
+		Infra: app.InfraConfig{DatabaseURL: cs, MemoryStreams: true},
+		Services: app.ServicesConfig{Dispatchers: dispatchers, Relays: 2, DatabaseURLs: roleUsers(t, cs),
 			Reconcile: reconcileFast, Maintain: maintainFast},
 	})
 	require.NoError(t, err)

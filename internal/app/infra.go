@@ -35,13 +35,22 @@ type InfraConfig struct {
 	Durable bool
 	// MemoryStreams stores JetStream streams in memory (tests, benchmarks).
 	MemoryStreams bool
-	Log           zerolog.Logger
+	// RoleUsers, with a private cluster, creates a login user per service
+	// and part (opledger_dev_<part>, a member of its role in DBRoles only)
+	// and returns their connection strings in Infra.DatabaseURLs, so that
+	// dev mode runs every part with only its grants. Ignored with a
+	// DatabaseURL: the services then log in as its user.
+	RoleUsers bool
+	Log       zerolog.Logger
 }
 
 // Infra is running infrastructure.
 type Infra struct {
 	DatabaseURL string
-	NATSURL     string
+	// DatabaseURLs are the login users per service and part that
+	// InfraConfig.RoleUsers made (nil otherwise), for ServicesConfig.
+	DatabaseURLs map[string]string
+	NATSURL      string
 	// Where says, for people, where each part is.
 	Where []string
 	pg    *pglocal.Cluster
@@ -75,6 +84,12 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (_ *Infra, err error) {
 	}
 	if err := Migrate(ctx, in.DatabaseURL, cfg.Log); err != nil {
 		return nil, err
+	}
+	if in.pg != nil && cfg.RoleUsers {
+		if in.DatabaseURLs, err = roleUsers(ctx, in.DatabaseURL); err != nil {
+			return nil, err
+		}
+		in.Where = append(in.Where, "postgres: each service logs in as opledger_dev_<service>, a member of its role only (docs/security.md)")
 	}
 	if in.NATSURL == "" {
 		dir := ""
@@ -126,6 +141,32 @@ func Migrate(ctx context.Context, url string, log zerolog.Logger) error {
 		log.Info().Strs("applied", applied).Msg("migrations applied")
 	}
 	return nil
+}
+
+// roleUsers creates, if absent, a login user per service and part in its
+// role, on the private cluster at url (trust authentication on its socket,
+// so no passwords), and returns their connection strings.
+func roleUsers(ctx context.Context, url string) (map[string]string, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("create login users: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	urls := map[string]string{}
+	for part, role := range DBRoles {
+		user := "opledger_dev_" + strings.ReplaceAll(part, "-", "_")
+		var exists bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, user).Scan(&exists); err != nil {
+			return nil, fmt.Errorf("create login user %s: %w", user, err)
+		}
+		if !exists {
+			if _, err := conn.Exec(ctx, "CREATE ROLE "+pgx.Identifier{user}.Sanitize()+" LOGIN INHERIT IN ROLE "+pgx.Identifier{role}.Sanitize()); err != nil {
+				return nil, fmt.Errorf("create login user %s: %w", user, err)
+			}
+		}
+		urls[part] = url + " user=" + user // keyword/value: the last user wins
+	}
+	return urls, nil
 }
 
 // redact drops any password from a URL before it is printed.

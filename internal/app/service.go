@@ -35,8 +35,11 @@ type ServiceConfig struct {
 	Instances   int // dispatcher instances in this process
 	Relays      int
 	Migrate     bool
-	LogLevel    string
-	LogFormat   string
+	// SetRoles has each part of the process take its own Postgres role
+	// (ServicesConfig.SetRoles); the login user must be a member of all.
+	SetRoles  bool
+	LogLevel  string
+	LogFormat string
 	// HTTPAddr serves /metrics, /healthz and /readyz, and for planner-ingest
 	// the operators' API (internal/api).
 	HTTPAddr string
@@ -92,7 +95,9 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	fs.StringVar(&cfg.Instance, "instance", env("OPLEDGER_INSTANCE", hostname()), "instance name in logs and attempt rows [OPLEDGER_INSTANCE]")
 	fs.IntVar(&cfg.Instances, "instances", 1, "dispatcher instances in this process (dispatcher only)")
 	fs.IntVar(&cfg.Relays, "relays", 1, "outbox relays in this process")
-	fs.BoolVar(&cfg.Migrate, "migrate", false, "apply schema migrations before starting")
+	fs.BoolVar(&cfg.Migrate, "migrate", false, "apply schema migrations before starting (needs the migrator's DATABASE_URL, not a service's login user)")
+	fs.BoolVar(&cfg.SetRoles, "set-roles", env("OPLEDGER_SET_ROLES", "") == "true",
+		"each part of the process (the service, its relays, the maintainer, the API) takes its own Postgres role with SET ROLE; the login user must be a member of them all [OPLEDGER_SET_ROLES=true]")
 	fs.StringVar(&cfg.LogLevel, "log", env("OPLEDGER_LOG", "info"), "log level: trace, debug, info, warn, error, disabled [OPLEDGER_LOG]")
 	fs.StringVar(&cfg.LogFormat, "log-format", env("OPLEDGER_LOG_FORMAT", LogAuto), "log format: json, console, or auto (console on a terminal) [OPLEDGER_LOG_FORMAT]")
 	fs.StringVar(&cfg.HTTPAddr, "http", env("OPLEDGER_HTTP_ADDR", "127.0.0.1:0"), "address of /metrics, /healthz and /readyz; port 0 picks a free one, logged at start [OPLEDGER_HTTP_ADDR]")
@@ -184,7 +189,7 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s, err := StartServices(ctx, ServicesConfig{
 		DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
-		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays,
+		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays, SetRoles: cfg.SetRoles,
 		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout,
 		Metrics: telemetry.NewMetrics(promReg), Log: base,
 	})
@@ -194,7 +199,7 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	defer s.Stop()
 	hc := HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: s.Ready}
 	if cfg.Name == PlannerIngest {
-		a, err := api.New(api.Config{Ops: ops.New(s.Store, reg), Tokens: tokens, Registerer: promReg, Log: log})
+		a, err := api.New(api.Config{Ops: ops.New(s.StoreFor(PartAPI), reg), Tokens: tokens, Registerer: promReg, Log: log})
 		if err != nil {
 			return err
 		}

@@ -34,6 +34,45 @@ const (
 // AllServices is every service, in start order.
 var AllServices = []string{PlannerIngest, Dispatcher, Reconciler, Compensator}
 
+// Parts of a service process that touch the ledger besides the service
+// itself: every process runs outbox relays, the reconciler's process
+// campaigns for maintenance, planner-ingest's serves the operators' API.
+const (
+	PartRelay      = "relay"
+	PartMaintainer = "maintainer"
+	PartAPI        = "api"
+)
+
+// DBRoles is the Postgres role (schema.Roles, granted in schema/grants.sql)
+// of each service and part.
+var DBRoles = map[string]string{
+	PlannerIngest:  "opledger_ingest",
+	Dispatcher:     "opledger_dispatcher",
+	Reconciler:     "opledger_reconciler",
+	Compensator:    "opledger_compensator",
+	PartMaintainer: "opledger_maintainer",
+	PartRelay:      "opledger_relay",
+	PartAPI:        "opledger_operator",
+}
+
+// ProcessDBRoles returns the roles the login user of a service's process
+// must be a member of: the service's own and those of the parts its process
+// runs (PartRelay always; PartMaintainer with the reconciler; PartAPI with
+// planner-ingest). Unknown services have none.
+func ProcessDBRoles(service string) []string {
+	if !slices.Contains(AllServices, service) {
+		return nil
+	}
+	roles := []string{DBRoles[service], DBRoles[PartRelay]}
+	switch service {
+	case Reconciler:
+		roles = append(roles, DBRoles[PartMaintainer])
+	case PlannerIngest:
+		roles = append(roles, DBRoles[PartAPI])
+	}
+	return roles
+}
+
 // ServicesConfig says which services to run in this process.
 type ServicesConfig struct {
 	DatabaseURL string
@@ -62,7 +101,17 @@ type ServicesConfig struct {
 	// Consumer overrides the AckWait, heartbeat and Nak delay of every
 	// service's consumer in this process (zero fields keep each service's
 	// defaults).
-	Consumer  bus.Tuning
+	Consumer bus.Tuning
+	// DatabaseURLs, when set, gives a service or part (DBRoles' keys) its
+	// own connection string, typically a login user in its role; the others
+	// use DatabaseURL. Each part with a login or role of its own has its own
+	// pool, capped at DBMaxConns.
+	DatabaseURLs map[string]string
+	// SetRoles has every service and part take its role (DBRoles) with SET
+	// ROLE on its own pool, so that in one process each does only what its
+	// role may. The login users must be members of the roles (a superuser
+	// is, as in dev mode's private cluster).
+	SetRoles  bool
 	Reconcile reconcile.Config
 	// Maintain tunes the maintenance leader that the reconciler process
 	// campaigns for (sweeper, re-drive, retention).
@@ -79,7 +128,13 @@ type ServicesConfig struct {
 
 // Services are running services.
 type Services struct {
-	Store  *store.Store
+	// Store is on DatabaseURL as its user: the process's checks, and reads
+	// for the tools and tests that run a stack.
+	Store *store.Store
+	// parts are the stores of the services and parts that have their own
+	// (DatabaseURLs, SetRoles); own are the stores to close.
+	parts  map[string]*store.Store
+	own    []*store.Store
 	buses  []*bus.Bus
 	stops  []func()
 	cancel context.CancelFunc
@@ -139,15 +194,44 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 	if err != nil {
 		return nil, err
 	}
+	for part := range cfg.DatabaseURLs {
+		if _, ok := DBRoles[part]; !ok {
+			return nil, fmt.Errorf("services: database URL for unknown part %q", part)
+		}
+	}
 	var waker *outbox.Waker
-	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: cfg.DBMaxConns, StatementTimeout: cfg.StatementTimeout,
-		OnOutbox: func() { waker.Kick() }})
+	kick := func() { waker.Kick() }
+	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: cfg.DBMaxConns, StatementTimeout: cfg.StatementTimeout, OnOutbox: kick})
 	if err != nil {
 		return nil, err
 	}
 	waker = outbox.NewWaker(st, 0)
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Services{Store: st, cancel: cancel}
+	s := &Services{Store: st, cancel: cancel, parts: map[string]*store.Store{}}
+	// storeFor opens the store of a service or part once, when it has its
+	// own login or role.
+	storeFor := func(part string) (*store.Store, error) {
+		if ps, ok := s.parts[part]; ok {
+			return ps, nil
+		}
+		url, role := cfg.DatabaseURL, ""
+		if u := cfg.DatabaseURLs[part]; u != "" {
+			url = u
+		}
+		if cfg.SetRoles {
+			role = DBRoles[part]
+		}
+		if url == cfg.DatabaseURL && role == "" {
+			return st, nil
+		}
+		ps, err := store.Open(ctx, url, store.Options{MaxConns: cfg.DBMaxConns, StatementTimeout: cfg.StatementTimeout, OnOutbox: kick, Role: role})
+		if err != nil {
+			return nil, fmt.Errorf("services: %s's store: %w", part, err)
+		}
+		s.own = append(s.own, ps)
+		s.parts[part] = ps
+		return ps, nil
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -201,10 +285,21 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 			if err != nil {
 				return nil, err
 			}
-			if err := start(ingest.New(ingest.Config{Workers: cfg.IngestWorkers, Tuning: cfg.Consumer}, st, b, cfg.Registry, cfg.Metrics, log).Start); err != nil {
+			ps, err := storeFor(name)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := storeFor(PartAPI); err != nil { // the process serves the operators' API
+				return nil, err
+			}
+			if err := start(ingest.New(ingest.Config{Workers: cfg.IngestWorkers, Tuning: cfg.Consumer}, ps, b, cfg.Registry, cfg.Metrics, log).Start); err != nil {
 				return nil, err
 			}
 		case Dispatcher:
+			ps, err := storeFor(name)
+			if err != nil {
+				return nil, err
+			}
 			for i := range cfg.Dispatchers {
 				iname := cfg.Instance
 				if cfg.Dispatchers > 1 {
@@ -215,7 +310,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 				if err != nil {
 					return nil, err
 				}
-				d := dispatch.New(dispatch.Config{Name: iname, Workers: cfg.DispatchWorkers, Tuning: cfg.Consumer}, st, b, cfg.Registry, adapters, cfg.Metrics, log)
+				d := dispatch.New(dispatch.Config{Name: iname, Workers: cfg.DispatchWorkers, Tuning: cfg.Consumer}, ps, b, cfg.Registry, adapters, cfg.Metrics, log)
 				if err := start(d.Start); err != nil {
 					return nil, err
 				}
@@ -226,18 +321,26 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 			if err != nil {
 				return nil, err
 			}
+			ps, err := storeFor(name)
+			if err != nil {
+				return nil, err
+			}
+			ms, err := storeFor(PartMaintainer)
+			if err != nil {
+				return nil, err
+			}
 			rc := cfg.Reconcile
 			rc.Name = cfg.Instance + "/reconciler"
 			if rc.Tuning == (bus.Tuning{}) {
 				rc.Tuning = cfg.Consumer
 			}
-			if err := start(reconcile.New(rc, st, b, cfg.Registry, adapters, cfg.Metrics, log).Start); err != nil {
+			if err := start(reconcile.New(rc, ps, b, cfg.Registry, adapters, cfg.Metrics, log).Start); err != nil {
 				return nil, err
 			}
 			mc := cfg.Maintain
 			mc.Name = cfg.Instance + "/reconciler"
 			watch := func(ctx context.Context) (time.Time, error) { return b.StreamCreated(ctx, wire.StreamOps) }
-			if err := start(maintain.New(mc, st, cfg.Registry, watch, cfg.Metrics, log).Start); err != nil {
+			if err := start(maintain.New(mc, ms, cfg.Registry, watch, cfg.Metrics, log).Start); err != nil {
 				return nil, err
 			}
 		case Compensator:
@@ -246,10 +349,18 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 			if err != nil {
 				return nil, err
 			}
-			if err := start(compensate.New(compensate.Config{Name: cfg.Instance + "/compensator", Tuning: cfg.Consumer}, st, b, cfg.Registry, cfg.Metrics, log).Start); err != nil {
+			ps, err := storeFor(name)
+			if err != nil {
+				return nil, err
+			}
+			if err := start(compensate.New(compensate.Config{Name: cfg.Instance + "/compensator", Tuning: cfg.Consumer}, ps, b, cfg.Registry, cfg.Metrics, log).Start); err != nil {
 				return nil, err
 			}
 		}
+	}
+	rs, err := storeFor(PartRelay)
+	if err != nil {
+		return nil, err
 	}
 	for i := range cfg.Relays {
 		rname := fmt.Sprintf("%s/relay-%d", cfg.Instance, i+1)
@@ -258,7 +369,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		if err != nil {
 			return nil, err
 		}
-		r := outbox.New(outbox.Config{ID: rname, Wake: waker.Subscribe()}, st, b, log)
+		r := outbox.New(outbox.Config{ID: rname, Wake: waker.Subscribe()}, rs, b, log)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -278,5 +389,17 @@ func (s *Services) Stop() {
 	for _, b := range s.buses {
 		b.Close()
 	}
+	for _, ps := range s.own {
+		ps.Close()
+	}
 	s.Store.Close()
+}
+
+// StoreFor returns the store a service or part (DBRoles' keys) of this
+// process uses: its own when it has a login or role of its own, else Store.
+func (s *Services) StoreFor(part string) *store.Store {
+	if ps, ok := s.parts[part]; ok {
+		return ps
+	}
+	return s.Store
 }

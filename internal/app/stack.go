@@ -83,11 +83,14 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 
 	sc := cfg.Services
 	sc.DatabaseURL, sc.NATSURL, sc.Registry, sc.Metrics, sc.Log = d.Infra.DatabaseURL, d.Infra.NATSURL, d.Registry, d.Metrics, cfg.Log
+	if sc.DatabaseURLs == nil {
+		sc.DatabaseURLs = d.Infra.DatabaseURLs
+	}
 	if d.Services, err = StartServices(ctx, sc); err != nil {
 		return nil, err
 	}
 	if cfg.HTTPAddr != "" {
-		a, err := api.New(api.Config{Ops: ops.New(d.Services.Store, d.Registry), Tokens: cfg.APITokens, Registerer: promReg,
+		a, err := api.New(api.Config{Ops: ops.New(d.Services.StoreFor(PartAPI), d.Registry), Tokens: cfg.APITokens, Registerer: promReg,
 			Log: cfg.Log.With().Str("service", "api").Logger()})
 		if err != nil {
 			return nil, err

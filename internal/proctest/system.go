@@ -48,6 +48,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/regedit"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/testdb"
@@ -113,6 +114,7 @@ type System struct {
 
 	registry  string
 	svcDB     map[string]string     // DATABASE_URL per instance
+	svcLogin  map[string]string     // the login user's connection string per service
 	pgLinks   map[string]*forwarder // per instance
 	svcNATS   map[string]string     // NATS_URL per instance
 	vendorURL string                // the vendors' base URL as the services get it
@@ -146,7 +148,7 @@ func Start(t testing.TB, opts Options) *System {
 	}
 	s := &System{t: t, opts: opts, bin: Binaries(t), procs: map[string]*Proc{},
 		intents: map[string]wire.Intent{}, accepted: map[string]bool{}, svcNATS: map[string]string{},
-		svcDB: map[string]string{}, pgLinks: map[string]*forwarder{}}
+		svcDB: map[string]string{}, svcLogin: map[string]string{}, pgLinks: map[string]*forwarder{}}
 	root, err := repoRoot()
 	if err != nil {
 		t.Fatalf("proctest: %v", err)
@@ -228,7 +230,14 @@ func Start(t testing.TB, opts Options) *System {
 func (s *System) add(service, instance string) {
 	s.procs[instance] = &Proc{sys: s, Service: service, Instance: instance, log: &logBuffer{}}
 	s.order = append(s.order, instance)
-	s.svcNATS[instance], s.svcDB[instance] = s.NATS.URL(), s.DBURL
+	// Each service logs in as a user of its own, a member of the Postgres
+	// roles of what its process runs (app.ProcessDBRoles), as deployed.
+	login, ok := s.svcLogin[service]
+	if !ok {
+		login = testdb.User(s.t, s.DBURL, app.ProcessDBRoles(service)...)
+		s.svcLogin[service] = login
+	}
+	s.svcNATS[instance], s.svcDB[instance] = s.NATS.URL(), login
 	if s.px == nil {
 		return
 	}
@@ -237,7 +246,7 @@ func (s *System) add(service, instance string) {
 	f := newForwarder(s.t, network, addr)
 	s.pgLinks[instance] = f
 	var err error
-	s.svcDB[instance], err = withHostPort(s.DBURL, s.px.add(LinkPostgresOf(instance), f.Addr(), LinkPostgres, LinkPostgresOf(service)), network == "unix")
+	s.svcDB[instance], err = withHostPort(login, s.px.add(LinkPostgresOf(instance), f.Addr(), LinkPostgres, LinkPostgresOf(service)), network == "unix")
 	if err != nil {
 		s.t.Fatalf("proctest: %v", err)
 	}

@@ -155,10 +155,6 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 	}
 	completed := from == op.StateCompletedSuccess || from == op.StateCompletedNoop
 	p.SetError, p.ErrorCategory, p.Error = c.ErrorCategory != "" || completed, c.ErrorCategory, c.Error
-	if a := c.Finish; a != nil {
-		p.FinishAttemptID, p.Outcome, p.AttemptErrorCategory, p.AttemptError = a.ID, string(a.Outcome), a.ErrorCategory, a.Error
-		p.HttpStatus, p.AttemptExternalRequestID, p.AttemptExternalObjectID = int32(a.HTTPStatus), a.ExternalRequestID, a.ExternalObjectID
-	}
 	var rows outboxRows
 	if c.Outbox != nil {
 		// The operation as the statement will leave it, for the messages:
@@ -179,11 +175,31 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 		}
 	}
 	p.Subjects, p.MsgIds, p.Headers, p.Payloads, p.OperationIds, p.Delays = rows.columns()
-	row, err := r.q.OperationTransition(ctx, p)
+	var row dbsqlc.Operation
+	if a := c.Finish; a != nil {
+		// Only writers that finish an attempt name the attempts table: the
+		// roles that may not update attempts run OperationTransition.
+		var fr dbsqlc.OperationTransitionFinishingRow
+		fr, err = r.q.OperationTransitionFinishing(ctx, dbsqlc.OperationTransitionFinishingParams{
+			Now: p.Now, Outcome: string(a.Outcome), AttemptErrorCategory: a.ErrorCategory, AttemptError: a.Error,
+			HttpStatus: int32(a.HTTPStatus), AttemptExternalRequestID: a.ExternalRequestID, AttemptExternalObjectID: a.ExternalObjectID,
+			FinishAttemptID: a.ID, ToState: p.ToState, Events: p.Events, BumpEpoch: p.BumpEpoch, Reopen: p.Reopen,
+			ExternalRequestID: p.ExternalRequestID, ExternalObjectID: p.ExternalObjectID, SetError: p.SetError,
+			ErrorCategory: p.ErrorCategory, Error: p.Error, ID: p.ID, FromState: p.FromState, LeaseEpoch: p.LeaseEpoch,
+			ReleaseLease: p.ReleaseLease, AttemptID: p.AttemptID, Actor: p.Actor, FromStates: p.FromStates, ToStates: p.ToStates,
+			Details: p.Details, Subjects: p.Subjects, MsgIds: p.MsgIds, Headers: p.Headers, Payloads: p.Payloads,
+			OperationIds: p.OperationIds, Delays: p.Delays,
+		})
+		row = dbsqlc.Operation(fr)
+	} else {
+		var tr dbsqlc.OperationTransitionRow
+		tr, err = r.q.OperationTransition(ctx, p)
+		row = dbsqlc.Operation(tr)
+	}
 	if err != nil {
 		return nil, false, r.staleOr(ctx, c.OperationID, c.From, c.LeaseEpoch, err)
 	}
-	return toOperation(dbsqlc.Operation(row)), len(rows.msgIDs) > 0, nil
+	return toOperation(row), len(rows.msgIDs) > 0, nil
 }
 
 // applyChange predicts the operation after c, the way OperationTransition

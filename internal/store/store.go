@@ -62,6 +62,14 @@ type Options struct {
 	// (default DefaultStatementTimeout; negative: no bound), so that a
 	// process cut off from Postgres fails fast instead of waiting for TCP.
 	StatementTimeout time.Duration
+	// Role, when set, is the Postgres role (schema.Roles) every connection
+	// takes with SET ROLE right after connecting, so that this store may do
+	// only what the role may (schema/grants.sql). The login user must be a
+	// member of it. "" keeps the login user's own privileges: a service
+	// whose DATABASE_URL already names a login user in the right roles.
+	// SET ROLE guards against mistakes, not a hostile process, which may
+	// RESET ROLE: separate login users per process are the boundary.
+	Role string
 }
 
 // Open connects to Postgres at connString. It does not apply migrations.
@@ -72,6 +80,15 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
+	}
+	if opts.Role != "" {
+		setRole := "SET ROLE " + pgx.Identifier{opts.Role}.Sanitize()
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			if _, err := c.Exec(ctx, setRole); err != nil {
+				return fmt.Errorf("store: set role %s (the login user must be a member of it): %w", opts.Role, err)
+			}
+			return nil
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

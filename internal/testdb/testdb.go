@@ -11,6 +11,11 @@
 // migration applied (schema.Migrate); each test's database is a cheap
 // CREATE DATABASE … TEMPLATE of it, dropped WITH (FORCE) when the test ends.
 //
+// User adds a login user in given roles (opledger's group roles, see
+// schema.Roles) and returns the connection string logged in as it, so tests
+// run services with only their grants; with DATABASE_URL its role then also
+// needs CREATEROLE.
+//
 // When no PostgreSQL is available, New skips the test with the reason and
 // the fix, except under CI=true, where it fails: CI must not go green by
 // skipping.
@@ -62,6 +67,8 @@ type harness struct {
 	template   string
 	created    bool // the template database exists (dropped by teardown)
 	seq        atomic.Int64
+	usersMu    sync.Mutex
+	users      []string // login users made by User, dropped by teardown
 }
 
 // Main runs the tests of a package whose tests use New or NewPool, then
@@ -244,6 +251,11 @@ func (h *harness) buildTemplate(ctx context.Context, admin *pgx.ConnConfig) erro
 
 func (h *harness) teardown() error {
 	var errs []error
+	if h.admin != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
+		errs = append(errs, h.dropUsers(ctx))
+		cancel()
+	}
 	if h.created {
 		ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
 		if _, err := h.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(h.template)+" WITH (FORCE)"); err != nil {
