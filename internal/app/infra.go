@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"strings"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/opledger/opledger/internal/bus"
 	"github.com/opledger/opledger/internal/natsembed"
 	"github.com/opledger/opledger/internal/pglocal"
+	redactpkg "github.com/opledger/opledger/internal/redact"
 	"github.com/opledger/opledger/schema"
 )
 
@@ -169,17 +169,6 @@ func roleUsers(ctx context.Context, url string) (map[string]string, error) {
 	return urls, nil
 }
 
-// redact drops any password from a URL before it is printed.
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		if strings.Contains(s, "password=") {
-			return "(connection string with password)"
-		}
-		return s
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
+// redact drops every credential from a connection string before it is
+// printed (internal/redact).
+func redact(s string) string { return redactpkg.URL(s) }

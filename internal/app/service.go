@@ -21,6 +21,7 @@ import (
 	"github.com/opledger/opledger/internal/api"
 	"github.com/opledger/opledger/internal/bus"
 	"github.com/opledger/opledger/internal/ops"
+	redactpkg "github.com/opledger/opledger/internal/redact"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/schema"
 )
@@ -275,11 +276,5 @@ func ctxOr(ctx context.Context, err error) error {
 }
 
 // redactErr renders err without the credentials of url, should the driver
-// have quoted it.
-func redactErr(err error, url string) string {
-	s := err.Error()
-	if url != "" {
-		s = strings.ReplaceAll(s, url, redact(url))
-	}
-	return s
-}
+// have quoted it, whole or in parts.
+func redactErr(err error, url string) string { return redactpkg.Error(err, url) }

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/opledger/opledger/internal/redact"
 	"github.com/opledger/opledger/pkg/wire"
 )
 
@@ -72,7 +73,7 @@ func ConnectAuth(ctx context.Context, url, name string, auth Auth, log zerolog.L
 		})}, aopts...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("bus: connect %s (credential %s): %w", RedactURL(url), auth.Kind(), err)
+		return nil, fmt.Errorf("bus: connect %s (credential %s): %w", RedactURL(url), auth.Kind(), redact.Wrap(err, url))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
