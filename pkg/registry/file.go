@@ -221,6 +221,7 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 	} else {
 		t.key = tmpl
 		p.checkFields("key_template", tmpl, ft.ArgsSchema)
+		p.checkNoSlash("key_template", tmpl)
 		if tmpl.Uses(canon.EntityVersionField) && (ft.Entity == nil || ft.Entity.ID == "") {
 			p.add("key_template", "placeholder {%s} needs entity.type and entity.id: it counts changes of that entity", canon.EntityVersionField)
 		}
@@ -238,6 +239,7 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 		} else {
 			t.entityID = tmpl
 			p.checkFields("entity.id", tmpl, ft.ArgsSchema)
+			p.checkNoSlash("entity.id", tmpl)
 		}
 	}
 
@@ -323,6 +325,7 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 		} else {
 			t.Dedupe.key = tmpl
 			p.checkFields("dedupe.key_template", tmpl, ft.ArgsSchema)
+			p.checkNoSlash("dedupe.key_template", tmpl)
 		}
 	}
 
@@ -760,6 +763,17 @@ func (p *problems) applyBound(t *Tool, ft *fileTool) {
 // checkFields reports template placeholders that are not arguments
 // ({_args_hash} is computed, not an argument; {entity_version} is filled in
 // when the intent is accepted, and only in a key template).
+// checkNoSlash refuses '/' in an identity template's literal text: '/'
+// separates a tenant from its keys (<tenant>/<key>), and values never
+// render one (canon escapes it), so a key of the default tenant can never
+// equal a named tenant's. "acme/{order_id}" would render, for the default
+// tenant, tenant acme's key of a tool keyed "{order_id}".
+func (p *problems) checkNoSlash(field string, tmpl *canon.Template) {
+	if strings.Contains(tmpl.Literal(), "/") {
+		p.add(field, "'/' is reserved: it separates a tenant from its keys (<tenant>/<key>); use ':' between parts")
+	}
+}
+
 func (p *problems) checkFields(field string, tmpl *canon.Template, schema map[string]any) {
 	for _, f := range tmpl.Fields() {
 		if f == canon.EntityVersionField && field == "key_template" && !schemaHasField(schema, f, "") {
