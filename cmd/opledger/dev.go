@@ -71,7 +71,7 @@ func runDev(ctx context.Context, args []string, env func(string) (string, bool),
 		}
 	}
 	fmt.Fprintf(stdout, "  tools: %s\n", strings.Join(d.Registry.Names(), ", "))
-	fmt.Fprintf(stdout, "  publish intents to opledger.intents.<workflow_id> (Nats-Msg-Id = event_id); results on opledger.results.<workflow_id>; see docs/protocol.md\n")
+	fmt.Fprintf(stdout, "  publish intents to opledger.intents.<workflow_id> (no Nats-Msg-Id needed: the ledger dedupes by event_id); results on opledger.results.<workflow_id>; see docs/protocol.md\n")
 	<-ctx.Done()
 	return nil
 }

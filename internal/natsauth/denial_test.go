@@ -307,5 +307,6 @@ func TestServiceFixesStreamSettings(t *testing.T) {
 	require.Equal(t, int64(1), st.CachedInfo().Config.MaxMsgsPerSubject)
 	st, err = js.Stream(c, wire.StreamIntents)
 	require.NoError(t, err)
-	require.Equal(t, bus.IntentDuplicateWindow, st.CachedInfo().Config.Duplicates)
+	require.Zero(t, st.CachedInfo().Config.Duplicates, "INTENTS dedupes nothing by Nats-Msg-Id")
+	require.Equal(t, bus.StreamIntentsAnchor, st.CachedInfo().Config.Sources[0].Name)
 }
