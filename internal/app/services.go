@@ -55,6 +55,33 @@ var DBRoles = map[string]string{
 	PartAPI:        "opledger_operator",
 }
 
+// PublishPrefixes are the subjects each service's process publishes, as
+// prefixes: what its parts write to the outbox, and so what its relays
+// publish and deploy/nats/nats.conf lets its NATS user publish (the tests
+// in internal/natsauth hold the two equal).
+//
+//   - planner-ingest: the answers to intents (results), their dispatch
+//     commands, and the operators' API it serves: an approval or a
+//     "not applied" verdict dispatches, a compensation is a new operation
+//     (dispatch), "give up" fails the operation (failed), every change
+//     answers the agent (results).
+//   - dispatcher: an attempt's outcome and what follows it: a retry
+//     (dispatch), an ambiguous outcome (unknown), a permanent failure
+//     (failed), the agent's result.
+//   - reconciler: a lookup's verdict and what follows it (as the
+//     dispatcher's), and the maintenance leader's sweeps (unknown), re-drives
+//     (dispatch, unknown) and expired approvals (results).
+//   - compensator: compensations (dispatch) and results.
+//
+// A process running one service relays only its own rows
+// (outbox.Config.Subjects); a process running several relays every row.
+var PublishPrefixes = map[string][]string{
+	PlannerIngest: {wire.OpsSubjectPrefix + wire.KindDispatch + ".", wire.OpsSubjectPrefix + wire.KindFailed + ".", wire.ResultSubjectPrefix},
+	Dispatcher:    {wire.OpsSubjectPrefix + wire.KindDispatch + ".", wire.OpsSubjectPrefix + wire.KindUnknown + ".", wire.OpsSubjectPrefix + wire.KindFailed + ".", wire.ResultSubjectPrefix},
+	Reconciler:    {wire.OpsSubjectPrefix + wire.KindDispatch + ".", wire.OpsSubjectPrefix + wire.KindUnknown + ".", wire.OpsSubjectPrefix + wire.KindFailed + ".", wire.ResultSubjectPrefix},
+	Compensator:   {wire.OpsSubjectPrefix + wire.KindDispatch + ".", wire.ResultSubjectPrefix},
+}
+
 // ProcessDBRoles returns the roles the login user of a service's process
 // must be a member of: the service's own and those of the parts its process
 // runs (PartRelay always; PartMaintainer with the reconciler; PartAPI with
@@ -369,7 +396,11 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		if err != nil {
 			return nil, err
 		}
-		r := outbox.New(outbox.Config{ID: rname, Wake: waker.Subscribe()}, rs, b, log)
+		var subjects []string
+		if len(run) == 1 {
+			subjects = PublishPrefixes[run[0]]
+		}
+		r := outbox.New(outbox.Config{ID: rname, Wake: waker.Subscribe(), Subjects: subjects}, rs, b, log)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

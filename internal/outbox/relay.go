@@ -52,6 +52,10 @@ type Config struct {
 	ProbeTimeout time.Duration
 	// Wake, when set, signals rows committed in this process (Waker.Subscribe).
 	Wake <-chan struct{}
+	// Subjects, when set, are the subject prefixes this relay publishes:
+	// those its NATS user may (a service's own, app.PublishPrefixes). It
+	// claims only rows on them, and leaves the others to relays that may.
+	Subjects []string
 }
 
 func (c *Config) setDefaults() {
@@ -132,7 +136,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	if !reachable {
 		return 0, nil
 	}
-	claimed, err := r.store.OutboxClaim(ctx, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease)
+	claimed, err := r.store.OutboxClaimSubjects(ctx, r.cfg.ID, r.cfg.Subjects, r.cfg.BatchSize, r.cfg.Lease)
 	if err != nil || len(claimed) == 0 {
 		return 0, err
 	}
