@@ -59,13 +59,13 @@ func runDev(ctx context.Context, args []string, env func(string) (string, bool),
 	for _, w := range d.Infra.Where {
 		fmt.Fprintf(stdout, "  %s\n", w)
 	}
-	fmt.Fprintf(stdout, "  vendors: local stand-ins at %s (stats: %s/_admin/stats)\n", d.Vendors.URL(), d.Vendors.URL())
+	fmt.Fprintf(stdout, "  vendors: local stand-ins at %s (stats: %s/_admin/stats, from this host only)\n", d.Vendors.URL(), d.Vendors.URL())
 	if d.HTTP != nil {
 		u := d.HTTP.URL()
-		fmt.Fprintf(stdout, "  http: %s/metrics  %s/healthz  %s/readyz\n", u, u, u)
+		fmt.Fprintf(stdout, "  http: %s/healthz (open)  %s/metrics  %s/readyz (with the token below)\n", u, u, u)
 		fmt.Fprintf(stdout, "  api: %s/v1/operations (OpenAPI: %s/v1/openapi.yaml); dev token, admin, valid until dev stops:\n", u, u)
 		fmt.Fprintf(stdout, "       export OPLEDGER_API_URL=%s OPLEDGER_API_TOKEN=%s\n", u, devToken)
-		fmt.Fprintf(stdout, "       then: go run ./cmd/opledger ops list\n")
+		fmt.Fprintf(stdout, "       then: go run ./cmd/opledger ops list   or   curl -H \"Authorization: Bearer $OPLEDGER_API_TOKEN\" %s/metrics\n", u)
 		if tokensFile != "" {
 			fmt.Fprintf(stdout, "       also accepted: the %d tokens of %s\n", len(entries), tokensFile)
 		}

@@ -386,10 +386,15 @@ func TestAuthenticationRolesAndStrictBodies(t *testing.T) {
 	}
 	require.Len(t, audit["oscar cancel"], 1, "the over-long reason reached the human loop and was audited; malformed bodies did not")
 
-	// 401s are counted by reason; no token reaches the metrics.
-	resp, err = http.Get(b.url + "/metrics")
+	// 401s are counted by reason; no token reaches the metrics, which
+	// any role reads.
+	metricsReq, err := http.NewRequest(http.MethodGet, b.url+"/metrics", nil)
+	require.NoError(t, err)
+	metricsReq.Header.Set("Authorization", "Bearer "+b.tok["vera"])
+	resp, err = http.DefaultClient.Do(metricsReq)
 	require.NoError(t, err)
 	metrics := string(readAll(t, resp))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Regexp(t, regexp.MustCompile(`opledger_api_unauthorized_total\{reason="unknown"\} 2`), metrics)
 	require.Regexp(t, regexp.MustCompile(`opledger_api_unauthorized_total\{reason="missing"\} 2`), metrics)
 	require.Regexp(t, regexp.MustCompile(`opledger_api_unauthorized_total\{reason="malformed"\} 4`), metrics)
@@ -398,12 +403,25 @@ func TestAuthenticationRolesAndStrictBodies(t *testing.T) {
 	for _, tok := range b.tok {
 		require.NotContains(t, metrics, tok)
 	}
-	// The operational routes stay open and answer as documented.
+	// Only liveness is open; the other operational routes answer a token
+	// of any role and refuse none, as documented.
 	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/v1/openapi.yaml"} {
-		resp, err := http.Get(b.url + path)
-		require.NoError(t, err)
-		data := readAll(t, resp)
-		b.spec.check(t, "GET", path, resp.StatusCode, resp.Header.Get("Content-Type"), data)
+		for _, token := range []string{"", b.tok["vera"]} {
+			req, err := http.NewRequest(http.MethodGet, b.url+path, nil)
+			require.NoError(t, err)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			data := readAll(t, resp)
+			want := http.StatusOK
+			if token == "" && path != "/healthz" {
+				want = http.StatusUnauthorized
+			}
+			require.Equal(t, want, resp.StatusCode, "%s with token %v: %s", path, token != "", data)
+			b.spec.check(t, "GET", path, resp.StatusCode, resp.Header.Get("Content-Type"), data)
+		}
 	}
 }
 

@@ -56,7 +56,7 @@ var (
 
 // NewTokens validates entries: each actor is 1-64 characters of letters,
 // digits and . _ @ - (starting with a letter or digit), each role is
-// viewer, approver, operator or admin, each sha256 is 64 lowercase hex
+// viewer, approver, operator, admin or metrics, each sha256 is 64 lowercase hex
 // digits and appears once, and an actor listed more than once (a token
 // being rotated) has one role. The error names every bad entry (1-based)
 // and never holds a hash.
@@ -72,7 +72,7 @@ func NewTokens(entries []TokenEntry) (*Tokens, error) {
 			errs = append(errs, fmt.Errorf("entry %d: actor must be 1-64 letters, digits or . _ @ - starting with a letter or digit, got %q", n, clip(e.Actor)))
 			continue
 		case !ops.ValidRole(e.Role):
-			errs = append(errs, fmt.Errorf("entry %d (%s): role must be viewer, approver, operator or admin, got %q", n, e.Actor, clip(string(e.Role))))
+			errs = append(errs, fmt.Errorf("entry %d (%s): role must be viewer, approver, operator, admin or metrics, got %q", n, e.Actor, clip(string(e.Role))))
 			continue
 		case !hashRE.MatchString(e.SHA256):
 			errs = append(errs, fmt.Errorf("entry %d (%s): sha256 must be 64 lowercase hex digits (opledger token prints it)", n, e.Actor))

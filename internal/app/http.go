@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/opledger/opledger/internal/api"
 )
 
 // Check is one readiness check's verdict.
@@ -29,13 +31,20 @@ type HTTPConfig struct {
 	// Ready runs the readiness checks of GET /readyz; nil is always ready.
 	Ready func(ctx context.Context) []Check
 	// Routes, when set, adds routes to the mux: the operators' API
-	// (internal/api) and, in a stack, the local vendors' statistics.
+	// (internal/api) and, in a stack, the local vendors' statistics. They
+	// authenticate themselves: the API's routes by bearer token, routes
+	// under /webhooks/ by the vendor's signature.
 	Routes func(*http.ServeMux)
+	// Guard authenticates /metrics and /readyz: a token of any role, or
+	// none from loopback when it was configured so (api.GuardConfig). nil
+	// refuses them (503): they are never open by default.
+	Guard *api.Guard
 }
 
-// HTTPServer serves /metrics, /healthz (liveness: the process answers),
-// /readyz (every readiness check passes; 503 with the failing checks
-// otherwise) and, when configured, the operators' API.
+// HTTPServer serves /healthz (liveness: the process answers; the one
+// route without a credential), /metrics and /readyz (every readiness check
+// passes; 503 with the failing checks otherwise), both behind the Guard,
+// and, when configured, the operators' API.
 type HTTPServer struct {
 	srv *http.Server
 	url string
@@ -49,12 +58,12 @@ func ServeHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 	}
 	mux := http.NewServeMux()
 	if cfg.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+		mux.Handle("GET /metrics", cfg.Guard.Probe(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET /readyz", cfg.Guard.Probe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var checks []Check
 		if cfg.Ready != nil {
 			ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
@@ -70,7 +79,7 @@ func ServeHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 			status = http.StatusServiceUnavailable
 		}
 		writeJSON(w, status, map[string]any{"ready": ready, "checks": checks})
-	})
+	})))
 	if cfg.Routes != nil {
 		cfg.Routes(mux)
 	}

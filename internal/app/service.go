@@ -44,9 +44,13 @@ type ServiceConfig struct {
 	// HTTPAddr serves /metrics, /healthz and /readyz, and for planner-ingest
 	// the operators' API (internal/api).
 	HTTPAddr string
-	// APITokens is the path of the API's tokens file (planner-ingest only);
-	// without it the API's routes answer 503.
+	// APITokens is the path of the tokens file: its tokens (any role)
+	// authenticate /metrics and /readyz, and planner-ingest's API. Without
+	// it those answer 503 (only /healthz needs no token).
 	APITokens string
+	// HTTPOpenLoopback lets requests from a loopback address read /metrics
+	// and /readyz without a token (a container's own healthcheck).
+	HTTPOpenLoopback bool
 	// ConnectTimeout bounds how long start-up waits for Postgres and NATS.
 	ConnectTimeout time.Duration
 	// Consumer tunes the service's JetStream consumer (AckWait, heartbeat,
@@ -102,7 +106,9 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	fs.StringVar(&cfg.LogLevel, "log", env("OPLEDGER_LOG", "info"), "log level: trace, debug, info, warn, error, disabled [OPLEDGER_LOG]")
 	fs.StringVar(&cfg.LogFormat, "log-format", env("OPLEDGER_LOG_FORMAT", LogAuto), "log format: json, console, or auto (console on a terminal) [OPLEDGER_LOG_FORMAT]")
 	fs.StringVar(&cfg.HTTPAddr, "http", env("OPLEDGER_HTTP_ADDR", "127.0.0.1:0"), "address of /metrics, /healthz and /readyz; port 0 picks a free one, logged at start [OPLEDGER_HTTP_ADDR]")
-	fs.StringVar(&cfg.APITokens, "api-tokens", env("OPLEDGER_API_TOKENS", ""), "tokens file of the operators' API, which planner-ingest serves on -http; unset, the API answers 503 [OPLEDGER_API_TOKENS]")
+	fs.StringVar(&cfg.APITokens, "api-tokens", env("OPLEDGER_API_TOKENS", ""), "tokens file: any of its tokens (the metrics role included) reads /metrics and /readyz, and planner-ingest's operators' API takes them by role; unset, those answer 503 [OPLEDGER_API_TOKENS]")
+	fs.BoolVar(&cfg.HTTPOpenLoopback, "http-open-loopback", env("OPLEDGER_HTTP_OPEN_LOOPBACK", "") == "true",
+		"answer /metrics and /readyz without a token to requests from a loopback address (a container's own healthcheck); off by default [OPLEDGER_HTTP_OPEN_LOOPBACK=true]")
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", time.Minute, "how long start-up waits for Postgres and NATS")
 	durations := []struct {
 		name, env, usage string
@@ -170,10 +176,10 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	if err != nil {
 		return err
 	}
-	// planner-ingest serves the operators' API; a bad tokens file stops it
-	// here, before it waits for anything.
+	// The tokens authenticate /metrics, /readyz and planner-ingest's API; a
+	// bad tokens file stops the service here, before it waits for anything.
 	var tokens *api.Tokens
-	if cfg.Name == PlannerIngest && cfg.APITokens != "" {
+	if cfg.APITokens != "" {
 		if tokens, err = api.LoadTokens(cfg.APITokens); err != nil {
 			return err
 		}
@@ -200,14 +206,24 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	defer s.Stop()
 	hc := HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: s.Ready}
 	if cfg.Name == PlannerIngest {
-		a, err := api.New(api.Config{Ops: ops.New(s.StoreFor(PartAPI), reg), Tokens: tokens, Registerer: promReg, Log: log})
+		a, err := api.New(api.Config{Ops: ops.New(s.StoreFor(PartAPI), reg), Tokens: tokens, Registerer: promReg,
+			ProbesOpenOnLoopback: cfg.HTTPOpenLoopback, Log: log})
 		if err != nil {
 			return err
 		}
-		hc.Routes = a.Mount
-		if tokens == nil {
-			log.Warn().Msg("no API tokens configured (OPLEDGER_API_TOKENS): the operators' API answers 503")
+		hc.Routes, hc.Guard = a.Mount, a.Guard()
+	} else if hc.Guard, err = api.NewGuard(api.GuardConfig{Tokens: tokens, OpenOnLoopback: cfg.HTTPOpenLoopback, Registerer: promReg, Log: log}); err != nil {
+		return err
+	}
+	if tokens == nil {
+		what := "/metrics and /readyz answer 503"
+		if cfg.HTTPOpenLoopback {
+			what = "/metrics and /readyz answer only loopback"
 		}
+		if cfg.Name == PlannerIngest {
+			what += ", and the operators' API 503"
+		}
+		log.Warn().Msg("no API tokens configured (OPLEDGER_API_TOKENS): " + what)
 	}
 	h, err := ServeHTTP(hc)
 	if err != nil {

@@ -83,7 +83,9 @@ func TestServiceReadiness(t *testing.T) {
 	ns, err := natsembed.Start(natsembed.Options{Port: natsPort})
 	require.NoError(t, err)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg, err := app.ParseServiceFlags(app.Dispatcher, []string{"-log", "disabled", "-http", httpAddr},
+	// Open to loopback, as compose runs it for the container's healthcheck
+	// (every request here comes from 127.0.0.1).
+	cfg, err := app.ParseServiceFlags(app.Dispatcher, []string{"-log", "disabled", "-http", httpAddr, "-http-open-loopback"},
 		env(map[string]string{"DATABASE_URL": url, "NATS_URL": ns.URL()}), io.Discard)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -30,8 +30,9 @@ type StackConfig struct {
 	// HTTPAddr serves /metrics, /healthz, /readyz, the operators' API
 	// (internal/api) and /v1/vendors/stats ("" = no HTTP server).
 	HTTPAddr string
-	// APITokens authenticate the operators' API and /v1/vendors/stats; nil
-	// answers them 503 "no API tokens configured".
+	// APITokens authenticate the operators' API, /v1/vendors/stats,
+	// /metrics and /readyz; nil answers them 503 "no API tokens
+	// configured" (only /healthz needs no token).
 	APITokens *api.Tokens
 	// Services configures the services; DatabaseURL, NATSURL, Registry and
 	// Metrics are filled in.
@@ -96,7 +97,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 			return nil, err
 		}
 		const stats = "GET /v1/vendors/stats"
-		d.HTTP, err = ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: d.Services.Ready,
+		d.HTTP, err = ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: d.Services.Ready, Guard: a.Guard(),
 			Routes: func(mux *http.ServeMux) {
 				a.Mount(mux)
 				mux.Handle(stats, a.Authenticated(stats, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -36,11 +36,14 @@ const (
 	RoleOperator Role = "operator"
 	// RoleAdmin does everything.
 	RoleAdmin Role = "admin"
+	// RoleMetrics reads nothing of the ledger: it is for scrapers and
+	// probes, which read /metrics and /readyz (as every role may).
+	RoleMetrics Role = "metrics"
 )
 
 // ValidRole reports whether r is a known role.
 func ValidRole(r Role) bool {
-	return r == RoleViewer || r == RoleApprover || r == RoleOperator || r == RoleAdmin
+	return r == RoleViewer || r == RoleApprover || r == RoleOperator || r == RoleAdmin || r == RoleMetrics
 }
 
 // Actor is who asks.
@@ -364,6 +367,8 @@ func allowed(a Actor, need Role) error {
 	switch {
 	case a.ID == "" || !ValidRole(a.Role):
 		return fmt.Errorf("an authenticated actor with a role is required: %w", ErrForbidden)
+	case a.Role == RoleMetrics:
+		return fmt.Errorf("%s is %s, for /metrics and /readyz only: %w", a.ID, a.Role, ErrForbidden)
 	case a.Role == RoleAdmin, a.Role == need, need == RoleViewer:
 		return nil
 	}
