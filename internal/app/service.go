@@ -30,12 +30,15 @@ import (
 type ServiceConfig struct {
 	Name        string // one of AllServices
 	DatabaseURL string
-	NATSURL     string
-	Registry    RegistryConfig
-	Instance    string
-	Instances   int // dispatcher instances in this process
-	Relays      int
-	Migrate     bool
+	// APIDatabaseURL is the operators' API's own login (planner-ingest
+	// only), a member of opledger_operator; "" shares DatabaseURL.
+	APIDatabaseURL string
+	NATSURL        string
+	Registry       RegistryConfig
+	Instance       string
+	Instances      int // dispatcher instances in this process
+	Relays         int
+	Migrate        bool
 	// SetRoles has each part of the process take its own Postgres role
 	// (ServicesConfig.SetRoles); the login user must be a member of all.
 	SetRoles  bool
@@ -85,6 +88,8 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.DatabaseURL, "database-url", env("DATABASE_URL", ""), "Postgres connection string [DATABASE_URL]")
+	fs.StringVar(&cfg.APIDatabaseURL, "api-database-url", env("OPLEDGER_API_DATABASE_URL", ""),
+		"planner-ingest: the operators' API's own Postgres login (opledger_svc_api, in opledger_operator); unset, the API shares DATABASE_URL's [OPLEDGER_API_DATABASE_URL]")
 	fs.StringVar(&cfg.NATSURL, "nats-url", env("NATS_URL", ""), "NATS URL [NATS_URL]")
 	natsAuth := NATSAuthFlags(fs, env)
 	var registries []string
@@ -194,8 +199,15 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	}
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var dbURLs map[string]string
+	if cfg.Name == PlannerIngest && cfg.APIDatabaseURL != "" {
+		dbURLs = map[string]string{PartAPI: cfg.APIDatabaseURL}
+	} else if cfg.Name == PlannerIngest {
+		log.Warn().Msg("the operators' API shares planner-ingest's Postgres login (no OPLEDGER_API_DATABASE_URL): " +
+			"that login needs opledger_operator, which also reads attempts and the audit log")
+	}
 	s, err := StartServices(ctx, ServicesConfig{
-		DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
+		DatabaseURL: cfg.DatabaseURL, DatabaseURLs: dbURLs, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
 		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays, SetRoles: cfg.SetRoles,
 		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout,
 		Metrics: telemetry.NewMetrics(promReg), Log: base,

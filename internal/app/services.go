@@ -84,20 +84,33 @@ var PublishPrefixes = map[string][]string{
 
 // ProcessDBRoles returns the roles the login user of a service's process
 // must be a member of: the service's own and those of the parts its process
-// runs (PartRelay always; PartMaintainer with the reconciler; PartAPI with
-// planner-ingest). Unknown services have none.
+// runs (PartRelay always; PartMaintainer with the reconciler). The
+// operators' API that planner-ingest serves is not among them: it has a
+// login of its own (LoginDBRoles(PartAPI), ServiceConfig.APIDatabaseURL),
+// so that intake's login cannot read attempts or the audit log. Unknown
+// services have none.
 func ProcessDBRoles(service string) []string {
 	if !slices.Contains(AllServices, service) {
 		return nil
 	}
 	roles := []string{DBRoles[service], DBRoles[PartRelay]}
-	switch service {
-	case Reconciler:
+	if service == Reconciler {
 		roles = append(roles, DBRoles[PartMaintainer])
-	case PlannerIngest:
-		roles = append(roles, DBRoles[PartAPI])
 	}
 	return roles
+}
+
+// DBLogins are the login users `opledger db-users` can make: one per
+// service process, and the operators' API's.
+var DBLogins = append(slices.Clone(AllServices), PartAPI)
+
+// LoginDBRoles returns the roles of a login of DBLogins: a service's
+// process's (ProcessDBRoles), or the API's, opledger_operator only.
+func LoginDBRoles(login string) []string {
+	if login == PartAPI {
+		return []string{DBRoles[PartAPI]}
+	}
+	return ProcessDBRoles(login)
 }
 
 // ServicesConfig says which services to run in this process.

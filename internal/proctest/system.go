@@ -121,6 +121,7 @@ type System struct {
 	tokensFile string
 	svcDB      map[string]string     // DATABASE_URL per instance
 	svcLogin   map[string]string     // the login user's connection string per service
+	apiLogin   string                // the operators' API's login (planner-ingest)
 	pgLinks    map[string]*forwarder // per instance
 	svcNATS    map[string]string     // NATS_URL per instance
 	vendorURL  string                // the vendors' base URL as the services get it
@@ -247,6 +248,10 @@ func (s *System) add(service, instance string) {
 		login = testdb.User(s.t, s.DBURL, app.ProcessDBRoles(service)...)
 		s.svcLogin[service] = login
 	}
+	if service == PlannerIngest && s.apiLogin == "" {
+		// The operators' API it serves logs in as a user of its own.
+		s.apiLogin = testdb.User(s.t, s.DBURL, app.LoginDBRoles(app.PartAPI)...)
+	}
 	s.svcNATS[instance], s.svcDB[instance] = s.NATS.URL(), login
 	if s.px == nil {
 		return
@@ -320,6 +325,9 @@ func (s *System) baseEnv(service, instance string) []string {
 		"OPLEDGER_HTTP_ADDR=127.0.0.1:0",
 		"OPLEDGER_API_TOKENS="+s.tokensFile,
 	)
+	if service == PlannerIngest {
+		env = append(env, "OPLEDGER_API_DATABASE_URL="+s.apiLogin)
+	}
 	for _, v := range []string{"PAYMENTS", "EMAIL", "TICKETS", "CRM", "ACCOUNTS"} {
 		env = append(env, "OPLEDGER_VENDOR_"+v+"_URL="+s.vendorURL)
 	}
