@@ -157,12 +157,37 @@ func (a *API) serve(h handler) http.Handler {
 			a.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, body)
+		writeJSON(w, http.StatusOK, a.redact(body))
 	})
 }
 
 // authenticate returns the actor whose bearer token the request carries.
 func (a *API) authenticate(r *http.Request) (ops.Actor, error) { return a.guard.Authenticate(r) }
+
+// redact shows every operation of an answer without the values of its
+// sensitive arguments (ops.Service.Redact).
+func (a *API) redact(body any) any {
+	rd := a.cfg.Ops.Redact
+	switch b := body.(type) {
+	case ListResponse:
+		out := make([]*op.Operation, len(b.Operations))
+		for i, o := range b.Operations {
+			out[i] = rd(o)
+		}
+		return ListResponse{Operations: out}
+	case *ops.Detail:
+		d := *b
+		d.Operation = rd(b.Operation)
+		return &d
+	case WriteResponse:
+		b.Operation = rd(b.Operation)
+		return b
+	case CompensateResponse:
+		b.Compensation = rd(b.Compensation)
+		return b
+	}
+	return body
+}
 
 // fail writes err as an error body with the status the table gives it.
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {

@@ -196,7 +196,7 @@ func (s *Service) submit(ctx context.Context, sub store.Submission, tenant, tool
 // invalid the submission carries the reason and the raw bytes, and reject
 // repeats the reason.
 func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Traceparent) (sub store.Submission, tenant, tool, reject string) {
-	sub = store.Submission{Source: Source, Payload: body, Actor: "planner-ingest"}
+	sub = store.Submission{Source: Source, Payload: body, Actor: "planner-ingest", Redact: s.keep}
 	in, err := wire.DecodeIntent(subject, msgID, body)
 	if err != nil {
 		// The subject is the only tenant there is (the body is not
@@ -254,6 +254,17 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 		}
 	}
 	return sub, tenant, tool, ""
+}
+
+// keep is what the inbox keeps of a rejected intent: its bytes without the
+// values of its tool's sensitive arguments, or nothing when those cannot be
+// found in them.
+func (s *Service) keep(body []byte) []byte {
+	out, ok := s.reg.RedactIntent(body)
+	if !ok {
+		return nil
+	}
+	return out
 }
 
 // reason is an error's text for a rejection, without the sentinel's suffix,

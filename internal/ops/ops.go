@@ -9,6 +9,7 @@ package ops
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -77,6 +78,35 @@ func (s *Service) List(ctx context.Context, a Actor, f store.Filter) ([]*op.Oper
 		return nil, err
 	}
 	return s.st.ListOperations(ctx, f)
+}
+
+// Redact returns o as it may be shown: the values of its tool's sensitive
+// arguments replaced by "***" and named in RedactedArgs (a copy; o is left
+// as it is). Arguments of a tool the registry no longer has, or that cannot
+// be read, are not shown at all when any tool has sensitive arguments.
+func (s *Service) Redact(o *op.Operation) *op.Operation {
+	if o == nil || s.reg == nil {
+		return o
+	}
+	t, err := s.reg.Tool(o.Tool)
+	if err != nil {
+		if !s.reg.AnySensitive() {
+			return o
+		}
+		out := *o
+		out.Args, out.RedactedArgs = json.RawMessage(`{}`), []string{"*"}
+		return &out
+	}
+	args, redacted := t.RedactArgs(o.Args)
+	if len(redacted) == 0 && args != nil {
+		return o
+	}
+	out := *o
+	out.Args, out.RedactedArgs = args, redacted
+	if args == nil {
+		out.Args, out.RedactedArgs = json.RawMessage(`{}`), []string{"*"}
+	}
+	return &out
 }
 
 // Detail is an operation with its attempts, history, approval and audit.
