@@ -61,3 +61,67 @@ func clipText(s string, n int) string {
 	}
 	return s
 }
+
+// Secrets is implemented by adapters that send credentials: the values a
+// vendor's answer must never be kept with (Scrub).
+type Secrets interface {
+	Secrets() []string
+}
+
+// minSecret is the shortest secret Scrub looks for: shorter ones would match
+// ordinary text.
+const minSecret = 4
+
+// Scrub keeps what a vendor sent from carrying a secret of the call (a
+// credential the adapter sent, a sensitive argument): a vendor that echoes
+// one must not have it stored, logged or published to the agent. A request
+// id holding one is dropped; an object id holding one is dropped too, and a
+// positive answer then becomes malformed (OutcomeUnknown, as for an
+// unreadable id: the effect may have happened); a secret in an error text
+// or category is masked.
+func Scrub(res Result, secrets []string) Result {
+	holds := func(s string) bool {
+		for _, sec := range secrets {
+			if len(sec) >= minSecret && strings.Contains(s, sec) {
+				return true
+			}
+		}
+		return false
+	}
+	if holds(res.ExternalRequestID) {
+		res.ExternalRequestID = ""
+	}
+	if holds(res.ExternalObjectID) {
+		res.ExternalObjectID = ""
+		switch res.Outcome {
+		case op.OutcomeSuccess, op.OutcomeNoop, op.OutcomeAcknowledged:
+			res.Outcome, res.ErrorCategory = op.OutcomeUnknown, CategoryMalformedResponse
+			res.Error = "the vendor answered with an identifier that holds a secret of the call; it is not kept"
+		}
+	}
+	res.Error, res.ErrorCategory = mask(res.Error, secrets), mask(res.ErrorCategory, secrets)
+	return res
+}
+
+// ScrubLookup is Scrub for a lookup's answer: ok is false when the found
+// record's id holds a secret of the call, which is then no evidence.
+func ScrubLookup(lr LookupResult, secrets []string) (LookupResult, bool) {
+	for _, sec := range secrets {
+		if len(sec) >= minSecret && strings.Contains(lr.ExternalObjectID, sec) {
+			return LookupResult{HTTPStatus: lr.HTTPStatus}, false
+		}
+	}
+	return lr, true
+}
+
+// ScrubText masks every secret in s.
+func ScrubText(s string, secrets []string) string { return mask(s, secrets) }
+
+func mask(s string, secrets []string) string {
+	for _, sec := range secrets {
+		if len(sec) >= minSecret {
+			s = strings.ReplaceAll(s, sec, "***")
+		}
+	}
+	return s
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/opledger/opledger/pkg/adapter"
 	"github.com/opledger/opledger/pkg/canon"
 )
 
@@ -228,4 +229,15 @@ func walkScalars(v any, out *[]string) {
 			walkScalars(c, out)
 		}
 	}
+}
+
+// CallSecrets are the values a vendor's answer to a call of t with args
+// must not be kept with (adapter.Scrub): its sensitive arguments and the
+// credentials its adapter sends.
+func (t *Tool) CallSecrets(ad adapter.Adapter, args json.RawMessage) []string {
+	out := t.SensitiveValues(args)
+	if s, ok := ad.(adapter.Secrets); ok {
+		out = append(out, s.Secrets()...)
+	}
+	return out
 }

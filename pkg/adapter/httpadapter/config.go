@@ -204,6 +204,9 @@ type Adapter struct {
 	requestIDPointer []string
 	replayedHeader   string
 	lookup           *lookup
+	// secrets are the values of the secret headers and of every secret
+	// they reference (Secrets).
+	secrets []string
 }
 
 type lookup struct {
@@ -311,6 +314,14 @@ func New(cfg Config, client *http.Client) (*Adapter, error) {
 	}
 	if a.headers, err = resolveHeaders(cfg); err != nil {
 		return nil, err
+	}
+	for _, name := range sortedKeys(cfg.SecretHeaders) {
+		a.secrets = append(a.secrets, a.headers.Get(name))
+		for _, ref := range secretRefs(cfg.SecretHeaders[name]) {
+			if v, ok := cfg.Secret(ref); ok && v != "" {
+				a.secrets = append(a.secrets, v)
+			}
+		}
 	}
 	if a.timeout < 0 {
 		return nil, &ConfigError{Field: "Timeout", Reason: "negative"}
@@ -541,6 +552,30 @@ func expandSecrets(field, raw string, secret func(string) (string, bool)) (strin
 	}
 	return b.String(), nil
 }
+
+// secretRefs are the NAMEs of the ${NAME} references in a secret header's
+// value.
+func secretRefs(raw string) []string {
+	var out []string
+	for {
+		i := strings.Index(raw, "${")
+		if i < 0 {
+			return out
+		}
+		end := strings.IndexByte(raw[i:], '}')
+		if end < 0 {
+			return out
+		}
+		out = append(out, raw[i+2:i+end])
+		raw = raw[i+end+1:]
+	}
+}
+
+// Secrets returns the values the adapter sends as credentials (each secret
+// header, and each secret it references), so that a worker can refuse to
+// keep a vendor's answer that echoes one (adapter.Scrub). They are never
+// logged.
+func (a *Adapter) Secrets() []string { return slices.Clone(a.secrets) }
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
