@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
 
 	"github.com/opledger/opledger/internal/api"
 )
@@ -39,6 +43,9 @@ type HTTPConfig struct {
 	// none from loopback when it was configured so (api.GuardConfig). nil
 	// refuses them (503): they are never open by default.
 	Guard *api.Guard
+	// Log receives a handler's panic (its type and stack, never its value)
+	// and the server's own errors.
+	Log zerolog.Logger
 }
 
 // HTTPServer serves /healthz (liveness: the process answers; the one
@@ -83,9 +90,50 @@ func ServeHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 	if cfg.Routes != nil {
 		cfg.Routes(mux)
 	}
-	s := &HTTPServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, url: "http://" + ln.Addr().String()}
+	s := &HTTPServer{srv: &http.Server{Handler: recoverPanics(mux, cfg.Log), ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: log.New(serverLog{cfg.Log}, "", 0)}, url: "http://" + ln.Addr().String()}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
+}
+
+// recoverPanics answers a handler's panic 500 and logs its type and stack,
+// never its value (which may quote a request, an argument or a token):
+// net/http would otherwise log the value itself. http.ErrAbortHandler is
+// net/http's own way to abort a response, and passes through.
+func recoverPanics(h http.Handler, lg zerolog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			lg.Error().Str("method", r.Method).Str("path", clipPath(r.URL.Path)).Str("panic_type", fmt.Sprintf("%T", v)).
+				Str("stack", string(debug.Stack())).Msg("http handler panicked")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, `{"error":{"code":"internal","message":"internal error; the server's log has the details"}}`+"\n")
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func clipPath(p string) string {
+	if len(p) > 128 {
+		return p[:128] + "…"
+	}
+	return p
+}
+
+// serverLog takes net/http's own error lines (bad requests, TLS
+// handshakes) into the process's log.
+type serverLog struct{ lg zerolog.Logger }
+
+func (s serverLog) Write(p []byte) (int, error) {
+	s.lg.Warn().Str("error", strings.TrimSpace(string(p))).Msg("http server")
+	return len(p), nil
 }
 
 // URL is the server's base URL.

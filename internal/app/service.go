@@ -216,7 +216,7 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 		return err
 	}
 	defer s.Stop()
-	hc := HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: s.Ready}
+	hc := HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: s.Ready, Log: log}
 	if cfg.Name == PlannerIngest {
 		a, err := api.New(api.Config{Ops: ops.New(s.StoreFor(PartAPI), reg), Tokens: tokens, Registerer: promReg,
 			ProbesOpenOnLoopback: cfg.HTTPOpenLoopback, Log: log})

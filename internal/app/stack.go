@@ -97,7 +97,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 			return nil, err
 		}
 		const stats = "GET /v1/vendors/stats"
-		d.HTTP, err = ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: d.Services.Ready, Guard: a.Guard(),
+		d.HTTP, err = ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: d.Services.Ready, Guard: a.Guard(), Log: cfg.Log,
 			Routes: func(mux *http.ServeMux) {
 				a.Mount(mux)
 				mux.Handle(stats, a.Authenticated(stats, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

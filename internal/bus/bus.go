@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"runtime/debug"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -770,6 +772,25 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 	return stop, nil
 }
 
+// call runs h, turning a panic into an error that redelivers the message
+// (the ledger makes a redelivery safe): a bug in one handler must not crash
+// the process and every message it holds. The panic's value, which may
+// quote a message, an argument or a vendor's answer, is never logged: only
+// its type and the stack, whose frames show no values.
+func (b *Bus) call(ctx context.Context, cfg ConsumerConfig, h Handler, d Delivery) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			b.log.Error().Str("consumer", cfg.Durable).Str("subject", d.Subject).Str("panic_type", fmt.Sprintf("%T", v)).
+				Str("stack", string(debug.Stack())).Msg("handler panicked; the message will be redelivered")
+			err = fmt.Errorf("handler panicked (%T): %w", v, errPanicked)
+		}
+	}()
+	return h(ctx, d)
+}
+
+// errPanicked: a handler panicked (Bus.call).
+var errPanicked = errors.New("see the panic logged with its stack")
+
 // handle runs h on m and settles m; it reports whether h failed with an
 // error that asks for redelivery.
 func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h Handler) (failed bool) {
@@ -796,7 +817,7 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 			}
 		}
 	}()
-	err := h(ctx, d)
+	err := b.call(ctx, cfg, h, d)
 	close(done)
 	var perm permanentError
 	switch {
