@@ -51,6 +51,7 @@ type API struct {
 	cfg      Config
 	guard    *Guard
 	requests *prometheus.CounterVec
+	refused  *prometheus.CounterVec
 }
 
 // Route is one route the API serves; every one needs a token.
@@ -96,9 +97,16 @@ func New(cfg Config) (*API, error) {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opledger_api_requests_total", Help: "API requests by route and HTTP status.",
 		}, []string{"route", "code"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opledger_api_refused_total",
+			Help: "API requests refused after authentication, by stable reason: an error code (forbidden, not_found, conflict, invalid_state, too_large, unavailable, invalid) or a finer cause (invalid_body, invalid_query, unknown_id). Refusals before it are in opledger_api_unauthorized_total.",
+		}, []string{"reason"}),
 	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(a.requests); err != nil {
+			return nil, fmt.Errorf("api: metrics: %w", err)
+		}
+		if err := cfg.Registerer.Register(a.refused); err != nil {
 			return nil, fmt.Errorf("api: metrics: %w", err)
 		}
 	}
@@ -195,8 +203,15 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case status == http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="opledger"`)
-	case status >= 500:
+	case errors.Is(err, errNoTokens):
+		// counted as not_configured by the guard
+	case status == http.StatusInternalServerError:
 		a.cfg.Log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg("api: request failed")
+	default:
+		if status >= 500 {
+			a.cfg.Log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg("api: request failed")
+		}
+		a.refused.WithLabelValues(refusalReason(err, code)).Inc()
 	}
 	writeJSON(w, status, ErrorBody{Error: ErrorDetail{Code: code, Message: msg}})
 }
@@ -408,7 +423,7 @@ var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 func operationID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
 	if !idRE.MatchString(id) {
-		return "", fmt.Errorf("no operation %q: %w", clip(id), op.ErrNotFound)
+		return "", refusal(ReasonUnknownID, fmt.Errorf("no operation %q: %w", clip(id), op.ErrNotFound))
 	}
 	return id, nil
 }

@@ -399,6 +399,10 @@ func TestAuthenticationRolesAndStrictBodies(t *testing.T) {
 	require.Regexp(t, regexp.MustCompile(`opledger_api_unauthorized_total\{reason="missing"\} 2`), metrics)
 	require.Regexp(t, regexp.MustCompile(`opledger_api_unauthorized_total\{reason="malformed"\} 4`), metrics)
 	require.Regexp(t, regexp.MustCompile(`opledger_api_requests_total\{code="403",route="POST /v1/operations/\{id\}/approve"\} 1`), metrics)
+	// Refusals after authentication are counted by stable reason.
+	for _, reason := range []string{"forbidden", "invalid_query", "invalid_body"} {
+		require.Regexp(t, regexp.MustCompile(`opledger_api_refused_total\{reason="`+reason+`"\} [1-9]`), metrics, reason)
+	}
 	require.NotContains(t, metrics, bogus)
 	for _, tok := range b.tok {
 		require.NotContains(t, metrics, tok)

@@ -67,6 +67,35 @@ func classify(err error) (status int, code, message string) {
 	return http.StatusInternalServerError, CodeInternal, "internal error; the server's log has the details"
 }
 
+// Refusal reasons of opledger_api_refused_total besides the error codes:
+// the finer causes of an invalid request.
+const (
+	ReasonInvalidBody  = "invalid_body"  // a write's body is not read strictly as its fields
+	ReasonInvalidQuery = "invalid_query" // a list's query has unknown, repeated or bad parameters
+	ReasonUnknownID    = "unknown_id"    // the path's id is not one an operation can have
+)
+
+// reasoned is an error with the stable reason its refusal is counted by.
+type reasoned struct {
+	reason string
+	err    error
+}
+
+func (r *reasoned) Error() string { return r.err.Error() }
+func (r *reasoned) Unwrap() error { return r.err }
+
+func refusal(reason string, err error) error { return &reasoned{reason: reason, err: err} }
+
+// refusalReason is the stable reason a refused request is counted by: the
+// finer one the error carries, else its error code.
+func refusalReason(err error, code string) string {
+	var r *reasoned
+	if errors.As(err, &r) {
+		return r.reason
+	}
+	return code
+}
+
 // ErrorBody is every error response: {"error": {"code", "message"}}.
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`

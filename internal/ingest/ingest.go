@@ -26,6 +26,7 @@ import (
 	"github.com/opledger/opledger/internal/policy"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/pkg/canon"
 	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/registry"
 	"github.com/opledger/opledger/pkg/wire"
@@ -116,7 +117,7 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 	start := time.Now()
 	msgID := header[wire.HeaderMsgID]
 	tp := telemetry.ParseTraceparent(header[wire.HeaderTraceparent])
-	sub, tenant, tool, reject := s.plan(subject, msgID, body, tp)
+	sub, tenant, tool, reject, code := s.plan(subject, msgID, body, tp)
 	ans, err := s.submit(ctx, sub, tenant, tool, reject, tp)
 	if errors.Is(err, op.ErrInvalid) && sub.RejectReason == "" {
 		// The ledger refused something in the intent that validation let
@@ -125,12 +126,22 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 		s.log.Warn().Err(err).Str("event_id", sub.EventID).Msg("the ledger refused the intent; rejecting it")
 		sub.Operation, sub.Outbox, sub.Initial = nil, nil, ""
 		sub.RejectReason = "the ledger could not store this intent: " + reason(err)
+		code = wire.ReasonLedgerRefused
 		ans, err = s.submit(ctx, sub, tenant, tool, sub.RejectReason, tp)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ingest %s: %w", wire.Clip(sub.EventID), err)
 	}
 	s.m.Intent(tool, string(ans.Decision), time.Since(start))
+	switch ans.Decision {
+	case op.DecisionRejected:
+		if code == "" {
+			code = wire.ReasonGuard // the ledger's own refusal of a valid intent
+		}
+		s.m.IntentRefused(code)
+	case op.DecisionConflict:
+		s.m.IntentRefused(wire.ReasonConflict)
+	}
 	ev := s.log.Info()
 	if ans.Decision == op.DecisionRejected || ans.Decision == op.DecisionConflict {
 		ev = s.log.Warn().Str("reason", ans.Result.Reason)
@@ -193,9 +204,9 @@ func (s *Service) submit(ctx context.Context, sub store.Submission, tenant, tool
 }
 
 // plan validates an intent and prepares its submission. When the intent is
-// invalid the submission carries the reason and the raw bytes, and reject
-// repeats the reason.
-func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Traceparent) (sub store.Submission, tenant, tool, reject string) {
+// invalid the submission carries the reason and the raw bytes, reject
+// repeats the reason and code is its stable name (wire.Reason*).
+func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Traceparent) (sub store.Submission, tenant, tool, reject, code string) {
 	sub = store.Submission{Source: Source, Payload: body, Actor: "planner-ingest", Redact: s.keep}
 	in, err := wire.DecodeIntent(subject, msgID, body)
 	if err != nil {
@@ -217,7 +228,7 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 			sub.EventID = garbagePrefix + hex.EncodeToString(sum[:])
 		}
 		sub.RejectReason = reason(err)
-		return sub, tenant, "", sub.RejectReason
+		return sub, tenant, "", sub.RejectReason, wire.RefusalReason(err)
 	}
 	tenant = in.Tenant
 	sub.Source = SourceFor(tenant)
@@ -225,12 +236,16 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 	t, err := s.reg.Tool(in.Tool)
 	if err != nil {
 		sub.RejectReason = fmt.Sprintf("tool %q is not registered", wire.Clip(in.Tool))
-		return sub, tenant, tool, sub.RejectReason
+		return sub, tenant, tool, sub.RejectReason, wire.ReasonUnknownTool
 	}
 	p, err := t.Prepare(registry.Proposal{WorkflowID: in.WorkflowID, Tenant: tenant, RunID: in.RunID, Intent: in.Intent, TraceID: tp.TraceID, Args: in.Args})
 	if err != nil {
 		sub.RejectReason = reason(err)
-		return sub, tenant, tool, sub.RejectReason
+		code = wire.ReasonInvalid
+		if errors.Is(err, canon.ErrInvalidArgs) {
+			code = wire.ReasonInvalidArgs
+		}
+		return sub, tenant, tool, sub.RejectReason, code
 	}
 	sub.Operation, sub.Initial = p.Operation, p.Initial
 	if in.Actor != nil {
@@ -253,7 +268,7 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 			return []store.Message{outbox.Command(wire.KindDispatch, o, in.EventID, tp, 0)}
 		}
 	}
-	return sub, tenant, tool, ""
+	return sub, tenant, tool, "", ""
 }
 
 // keep is what the inbox keeps of a rejected intent: its bytes without the
