@@ -52,13 +52,29 @@ func URL(s string) string {
 		return ""
 	}
 	if keywordValueString(s) {
-		return keywordValue(s)
+		return anyAssignment(keywordValue(s))
 	}
 	parts := strings.Split(s, ",")
 	for i, p := range parts {
 		parts[i] = one(strings.TrimSpace(p))
 	}
-	return strings.Join(parts, ",")
+	return anyAssignment(strings.Join(parts, ","))
+}
+
+// assignRE finds what looks like a secret's assignment anywhere in a
+// string that no rule above recognised as a URL or a keyword/value string.
+var assignRE = regexp.MustCompile(`(?i)(password|passwd|pwd|token|secret|api_?key|nkey|jwt)(\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s'&,]*)`)
+
+// anyAssignment masks every password=…, token=… and the like left in s:
+// the last line of defence for shapes no parser above knows.
+func anyAssignment(s string) string {
+	return assignRE.ReplaceAllStringFunc(s, func(m string) string {
+		sub := assignRE.FindStringSubmatch(m)
+		if sub[3] == "" {
+			return m
+		}
+		return sub[1] + sub[2] + Mask
+	})
 }
 
 func keywordValue(s string) string {
@@ -77,12 +93,17 @@ func one(p string) string {
 	}
 	if !strings.Contains(p, "://") {
 		if !strings.Contains(p, "@") && !strings.Contains(p, "?") {
-			return p // host:port
+			if !hostPort(p) {
+				return Unparsable // not a host: perhaps a piece of a credential
+			}
+			return p
 		}
 		p = "nats://" + p
 	}
 	u, err := url.Parse(p)
-	if err != nil {
+	if err != nil || (u.User == nil && strings.Contains(p, "@")) {
+		// An '@' that is not a user information's end: something the
+		// parser read differently from a client. Print nothing of it.
 		return Unparsable
 	}
 	out := u.Scheme + "://"
@@ -105,6 +126,16 @@ func one(p string) string {
 		out += "#" + Mask
 	}
 	return out
+}
+
+// hostPort reports whether s can be a bare host[:port] of a NATS list.
+func hostPort(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(".-_:[]", r)) {
+			return false
+		}
+	}
+	return true
 }
 
 func postgres(scheme string) bool { return scheme == "postgres" || scheme == "postgresql" }
@@ -140,6 +171,38 @@ func Secrets(s string) []string {
 			}
 		}
 		return out
+	}
+	// Every user information as written, list separators and all (a
+	// token with a ',' breaks the list apart, not the secret).
+	for at := strings.Index(s, "@"); at >= 0; {
+		start := strings.LastIndex(s[:at], "://")
+		scheme := ""
+		if start >= 0 {
+			scheme = s[:start]
+			if i := strings.LastIndexAny(scheme, ", "); i >= 0 {
+				scheme = scheme[i+1:]
+			}
+			start += 3
+		} else {
+			start = 0
+		}
+		ui := s[start:at]
+		if _, pw, ok := strings.Cut(ui, ":"); ok {
+			add(pw)
+			if dec, err := url.PathUnescape(pw); err == nil {
+				add(dec)
+			}
+		} else if !postgres(scheme) {
+			add(ui)
+			if dec, err := url.PathUnescape(ui); err == nil {
+				add(dec)
+			}
+		}
+		next := strings.Index(s[at+1:], "@")
+		if next < 0 {
+			break
+		}
+		at += 1 + next
 	}
 	for p := range strings.SplitSeq(s, ",") {
 		p = strings.TrimSpace(p)

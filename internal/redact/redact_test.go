@@ -2,6 +2,7 @@ package redact_test
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -77,33 +78,65 @@ func TestError(t *testing.T) {
 	require.Equal(t, "plain", redact.Error(errors.New("plain"), "", "h:4222"))
 }
 
-// Fuzzing: whatever the input, a secret planted in a password or a token
-// position never survives URL.
+// Fuzzing: a secret put in a credential's place of any URL shape (a
+// password, a NATS token, a query password, a keyword/value password, a
+// list of NATS URLs) never survives URL or Error, raw or percent-encoded;
+// and no input makes either panic.
 func FuzzURL(f *testing.F) {
-	for _, s := range []string{"nats://u:%s@h:1", "nats://%s@h", "%s@h:1", "postgres://u:%s@h/db", "postgres://h/db?password=%s", "host=h password=%s"} {
-		f.Add(s, "pw1234")
-	}
-	f.Fuzz(func(t *testing.T, format, secret string) {
-		if !strings.Contains(format, "%s") || strings.Count(format, "%") != 1 || len(secret) < 6 {
+	f.Add(uint8(0), "svc", "pw1234", "db:5432")
+	f.Add(uint8(1), "u", "t0ken-x", "nats:4222")
+	f.Add(uint8(2), "u", "p@ss:w/rd?#", "h")
+	f.Add(uint8(3), "u", "päss wörd", "h")
+	f.Add(uint8(4), "", "s3cr3t", "[::1]:4222")
+	f.Add(uint8(5), "u", "x'y\\z", "h")
+	f.Fuzz(func(t *testing.T, shape uint8, user, secret, host string) {
+		_ = URLNoPanic(user + secret + host)
+		if len(secret) < 6 || !validHost(host) || !validHost(user) || strings.Contains(host+user, secret) {
 			return
 		}
-		// Only secrets that fit in the position as a value.
-		if strings.ContainsAny(secret, "@/:?#&=,' \t\n\\%") {
-			return
+		var in string
+		switch shape % 6 {
+		case 0:
+			in = "postgres://" + url.UserPassword(user, secret).String() + "@" + host + "/db"
+		case 1:
+			in = "nats://" + url.User(secret).String() + "@" + host
+		case 2:
+			in = "postgres://" + host + "/db?sslmode=disable&password=" + url.QueryEscape(secret)
+		case 3:
+			in = "host=" + host + " user=" + user + " password='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(secret) + "' dbname=x"
+		case 4:
+			in = "nats://" + url.UserPassword(user, secret).String() + "@" + host + ",tls://" + url.User(secret).String() + "@" + host
+		case 5:
+			in = url.UserPassword(user, secret).String() + "@" + host
 		}
-		in := strings.Replace(format, "%s", secret, 1)
-		if strings.Count(in, secret) != 1 {
-			return // the secret is also a keyword or a host name
-		}
-		if !strings.Contains(in, "password="+secret) && !strings.Contains(in, ":"+secret+"@") && !strings.Contains(in, "://"+secret+"@") {
+		if strings.Contains(strings.ReplaceAll(in, secret, ""), "@@") {
 			return
 		}
 		got := redact.URL(in)
-		if strings.HasPrefix(in, "postgres") && strings.Contains(in, "://"+secret+"@") {
-			return // a Postgres user name, not a secret
+		for _, form := range []string{secret, url.PathEscape(secret), url.QueryEscape(secret), url.UserPassword("", secret).String()[1:]} {
+			if len(form) >= 6 && strings.Contains(got, form) {
+				t.Fatalf("URL(%q) = %q keeps the secret (%q)", in, got, form)
+			}
 		}
-		if strings.Contains(got, secret) {
-			t.Fatalf("URL(%q) = %q keeps the secret", in, got)
+		if e := redact.Error(errors.New("failed: "+in+" / "+secret), in); strings.Contains(e, secret) {
+			t.Fatalf("Error quotes the secret: %q", e)
 		}
 	})
+}
+
+// URLNoPanic runs URL and Error on anything.
+func URLNoPanic(s string) string {
+	return redact.URL(s) + redact.Error(errors.New(s), s, s+"x")
+}
+
+func validHost(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == ':' || r == '[' || r == ']') {
+			return false
+		}
+	}
+	return true
 }
