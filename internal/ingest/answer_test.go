@@ -62,29 +62,44 @@ func TestEveryIntentIsAnswered(t *testing.T) {
 }
 
 // Identical garbage is answered once: 300 copies of the same unreadable
-// bytes make one inbox row and one answer, not 300 outbox rows. The inbox
-// keeps at most MaxRejectedPayload bytes of it.
+// bytes make one inbox row and one answer, not 300 outbox rows, whether
+// they are keyed by their hash (no usable Nats-Msg-Id) or by the valid
+// Nats-Msg-Id every copy carries. The inbox keeps at most
+// MaxRejectedPayload bytes of it.
 //
-// Breaking it: answering every duplicate of a hash-keyed rejection makes 300
-// result rows; keeping the whole payload keeps 64 KiB.
+// Breaking it: answering every duplicate of a rejection makes 300 result
+// rows (as copies with a Nats-Msg-Id did); keeping the whole payload keeps
+// 64 KiB.
 func TestIdenticalGarbageIsAnsweredOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
 	garbage := make([]byte, 64<<10)
 	for i := range garbage {
 		garbage[i] = byte('a' + i%26)
 	}
-	for range 300 {
-		ans := b.ingest(t, "opledger.intents.wf_g", nil, garbage)
-		require.Contains(t, []op.Decision{op.DecisionRejected, op.DecisionDuplicateEvent}, ans.Decision)
-	}
-	require.Len(t, b.Outbox(t), 1, "one answer")
 	sum := sha256.Sum256(garbage)
-	entry, err := b.Store.InboxEntry(b.Ctx, ingest.Source, "sha256:"+hex.EncodeToString(sum[:]))
-	require.NoError(t, err)
-	require.Equal(t, 299, entry.DuplicateCount)
-	require.Len(t, entry.Payload, 1024, "a bounded prefix")
-	require.Equal(t, hex.EncodeToString(sum[:]), entry.PayloadHash, "and the hash of the whole")
+	for _, c := range []struct {
+		name    string
+		header  map[string]string
+		eventID string
+	}{
+		{"by hash", nil, "sha256:" + hex.EncodeToString(sum[:])},
+		{"by Nats-Msg-Id", map[string]string{wire.HeaderMsgID: "garbage-1"}, "garbage-1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			for range 300 {
+				ans := b.ingest(t, "opledger.intents.wf_g", c.header, garbage)
+				require.Contains(t, []op.Decision{op.DecisionRejected, op.DecisionDuplicateEvent}, ans.Decision)
+			}
+			require.Len(t, b.Outbox(t), 1, "one answer")
+			entry, err := b.Store.InboxEntry(b.Ctx, ingest.Source, c.eventID)
+			require.NoError(t, err)
+			require.Equal(t, 299, entry.DuplicateCount)
+			require.Len(t, entry.Payload, 1024, "a bounded prefix")
+			require.Equal(t, hex.EncodeToString(sum[:]), entry.PayloadHash, "and the hash of the whole")
+		})
+	}
 }
 
 // A vendor that stays unreachable (429 on every try) exhausts the retry

@@ -148,6 +148,9 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 // submit records sub and builds its answer, in one transaction.
 func (s *Service) submit(ctx context.Context, sub store.Submission, tenant, tool, reject string, tp telemetry.Traceparent) (*Answer, error) {
 	var ans Answer
+	// A malformed intent (plan could not read it) names no tool; every
+	// readable one does.
+	malformed := tool == "" && reject != ""
 	sub.Answer = func(res *store.SubmitResult) []store.Message {
 		ans.Decision = res.Decision
 		// A resent event whose first answer was a rejection or a conflict is
@@ -175,8 +178,9 @@ func (s *Service) submit(ctx context.Context, sub store.Submission, tenant, tool
 			ans.Result.WorkflowID = sub.WorkflowID
 		}
 		failpoint.Hit(failpoint.IngestMidTx)
-		if res.Decision == op.DecisionDuplicateEvent && res.FirstDecision == op.DecisionRejected && strings.HasPrefix(sub.EventID, garbagePrefix) {
-			// The same unreadable bytes again: they were answered once, and
+		if res.Decision == op.DecisionDuplicateEvent && res.FirstDecision == op.DecisionRejected && malformed {
+			// The same unreadable bytes again (keyed by their hash, or by a
+			// Nats-Msg-Id they carry): they were answered once, and
 			// answering every copy would let garbage multiply outbox rows.
 			return nil
 		}

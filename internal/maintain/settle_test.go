@@ -210,3 +210,59 @@ func TestThreeRedrivesLeaveOneCommand(t *testing.T) {
 	require.Equal(t, ops, st.Captures)
 	require.Equal(t, ops, st.Requests[vendors.RouteCapture], "each operation sent once")
 }
+
+// The ledger's size stays flat under a steady load of garbage: each round
+// 60 different unreadable messages of 1 MB arrive (each answered once:
+// one inbox row keeping a 1 KiB prefix and its hash, one result), the relay
+// publishes the answers, and once the retention periods have passed on the
+// database's clock retention deletes them all. With the space of deleted
+// rows reused (VACUUM, as autovacuum does), the tables do not grow from
+// round to round.
+//
+// Breaking it: keeping the raw bytes grows the inbox by 60 MB a round;
+// a retention that missed rejected rows or sent results grows it by a
+// round's rows each time.
+func TestLedgerStaysFlatUnderGarbage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	mt := maintain.New(maintain.Config{Name: "maintainer-flat", OutboxRetention: time.Minute, RejectedRetention: time.Minute},
+		b.Store, b.Registry, nil, nil, b.Log)
+	ing := b.Ingester()
+	garbage := make([]byte, 1_000_000)
+	size := func() (inbox, outbox int64) {
+		t.Helper()
+		_, err := b.DB.Exec(b.Ctx, `VACUUM inbox, outbox`)
+		require.NoError(t, err)
+		require.NoError(t, b.DB.QueryRow(b.Ctx, `SELECT pg_total_relation_size('inbox'), pg_total_relation_size('outbox')`).Scan(&inbox, &outbox))
+		return inbox, outbox
+	}
+	var first [2]int64
+	for round := range 4 {
+		for i := range 60 {
+			copy(garbage, fmt.Sprintf("round %03d message %03d", round, i))
+			_, err := ing.Ingest(b.Ctx, "opledger.intents.wf_garbage", nil, garbage)
+			require.NoError(t, err)
+		}
+		var rows, stored int64
+		require.NoError(t, b.DB.QueryRow(b.Ctx, `SELECT count(*), coalesce(sum(octet_length(payload)), 0) FROM inbox`).Scan(&rows, &stored))
+		require.Equal(t, int64(60), rows)
+		require.LessOrEqual(t, stored, int64(60*1024), "a bounded prefix of each, not the megabyte")
+		b.mu.Lock()
+		now := *b.now
+		b.mu.Unlock()
+		_, err := b.DB.Exec(b.Ctx, `UPDATE outbox SET sent_at = $1`, now) // the relay published the answers
+		require.NoError(t, err)
+
+		b.advance(2 * time.Minute)
+		deleted, err := mt.Retain(b.Ctx)
+		require.NoError(t, err)
+		require.Equal(t, 120, deleted, "round %d: every rejected row and every sent answer", round)
+		in, out := size()
+		if round == 0 {
+			first = [2]int64{in, out}
+			continue
+		}
+		require.LessOrEqual(t, in, first[0]+16<<10, "round %d: the inbox does not grow", round)
+		require.LessOrEqual(t, out, first[1]+16<<10, "round %d: the outbox does not grow", round)
+	}
+}
