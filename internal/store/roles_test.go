@@ -128,4 +128,8 @@ func TestEachRoleRunsItsStatements(t *testing.T) {
 	trail, err := operator.AuditTrail(ctx, o.ID)
 	require.NoError(t, err, "operator: audit trail")
 	require.Len(t, trail, 1)
+	_, _, err = operator.ListParked(ctx, 10)
+	require.NoError(t, err, "operator: parked rows")
+	err = operator.InTx(ctx, func(tx *store.Tx) error { _, err := tx.RequeueParked(ctx, 1); return err })
+	require.ErrorIs(t, err, op.ErrNotFound, "operator: requeue a parked row")
 }
