@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/internal/testdb"
+)
+
+// tinyBench are flags that run every phase of the bench at sizes that only
+// prove the code paths work (these tests time nothing).
+var tinyBench = []string{"-ops", "40", "-warmup", "5", "-pg-seconds", "0.2", "-latency-duration", "400ms", "-rate", "60", "-json"}
+
+// runBenchJSON runs opledger bench with env and returns its JSON report and
+// its text report.
+func runBenchJSON(t *testing.T, env map[string]string, args ...string) (*benchReport, string) {
+	t.Helper()
+	var out, text strings.Builder
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	err := runBench(t.Context(), args, lookup, &out, &text)
+	require.NoError(t, err, text.String())
+	var rep benchReport
+	require.NoError(t, json.Unmarshal([]byte(out.String()), &rep), out.String())
+	return &rep, text.String()
+}
+
+// Two bench runs against one database, every default phase: each run's
+// operations are its own (no intent of the second is a duplicate of the
+// first's), and every figure is in the JSON report.
+func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
+	t.Parallel()
+	dbURL := testdb.New(t)
+	env := map[string]string{"DATABASE_URL": dbURL}
+	rep, _ := runBenchJSON(t, env, tinyBench...)
+
+	require.Equal(t, 40, rep.Throughput.Ops)
+	require.Positive(t, rep.Throughput.OpsPerSec)
+	require.Positive(t, rep.Throughput.Cluster.WriteTransactionsPerOp)
+	require.Positive(t, rep.Throughput.Cluster.WALBytesPerOp)
+	require.NotNil(t, rep.Throughput.Stages)
+	require.Positive(t, rep.Postgres.CommitsPerSec)
+	require.Positive(t, rep.Ratio)
+	require.Len(t, rep.Latency, 2, "at -rate and at 80%% of the throughput")
+	require.Equal(t, "moderate", rep.Latency[0].Label)
+	require.Equal(t, 60.0, rep.Latency[0].Rate)
+	require.InDelta(t, 0.8*rep.Throughput.OpsPerSec, rep.Latency[1].Rate, 1e-6)
+	for _, l := range rep.Latency {
+		require.Positive(t, l.Intents, l.Label)
+		require.Equal(t, l.Intents, l.E2E.N, "%s: every intent answered completed_success", l.Label)
+		require.Equal(t, l.Intents, l.Direct.N, l.Label)
+		require.Zero(t, l.Lost+l.Failed, l.Label)
+		require.InDelta(t, l.E2E.P50-l.Direct.P50, l.OverheadP50, 1e-9)
+	}
+	d := rep.Duplicates
+	require.Positive(t, d.DuplicateOperation.N)
+	require.Positive(t, d.DuplicateEvent.N)
+	require.Equal(t, d.Intents, d.DuplicateOperation.N+d.DuplicateEvent.N, "each repeat answered with its decision")
+
+	conn, err := pgx.Connect(t.Context(), dbURL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+
+	// The second run. None of its intents meets the first run's.
+	rep2, _ := runBenchJSON(t, env, tinyBench...)
+	require.NotEqual(t, rep.RunID, rep2.RunID)
+	for _, r := range []*benchReport{rep, rep2} {
+		var intents, notNew, repeats int
+		require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE decision <> 'new'), coalesce(sum(duplicate_count), 0)
+			FROM inbox WHERE workflow_id LIKE $1`, r.RunID+"\\_%").Scan(&intents, &notNew, &repeats))
+		wantNotNew, wantRepeats := 0, 0
+		if r.Duplicates != nil {
+			wantNotNew, wantRepeats = r.Duplicates.DuplicateOperation.N, r.Duplicates.DuplicateEvent.N
+		}
+		require.Positive(t, intents)
+		require.Equal(t, wantNotNew, notNew, "run %s: only its deliberate duplicates are duplicates", r.RunID)
+		require.Equal(t, wantRepeats, repeats, "run %s: only its deliberate repeats were delivered twice", r.RunID)
+	}
+}
