@@ -31,6 +31,7 @@ type benchConfig struct {
 	HighLoad        float64
 	LatencyDuration time.Duration
 	Arrivals        benchkit.Arrivals
+	Baseline        bool
 	JSON            bool
 	CPUProfile      string
 }
@@ -83,7 +84,9 @@ func (a *arrivalsFlag) Set(s string) error {
 //   - latency, open loop at -rate and at -high-load % of the throughput just
 //     measured: end to end minus a direct vendor call at the same rate;
 //   - the answer to a duplicate intent (same business key under a new event
-//     id; the same event id again).
+//     id; the same event id again);
+//   - the baseline a team would write first (an idempotency-key table in
+//     Postgres, no bus) at the same concurrency and rates, beside opledger.
 
 func runBench(ctx context.Context, args []string, env func(string) (string, bool), out, stderr io.Writer) error {
 	fs := flag.NewFlagSet("opledger bench", flag.ContinueOnError)
@@ -91,14 +94,15 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	f := newStackFlags(fs, env, "error")
 	cfg := benchConfig{Rate: rateFlag{value: 100}, Arrivals: benchkit.Poisson}
 	sc := &f.cfg.Services
-	fs.IntVar(&cfg.Ops, "ops", 5000, "intents in the closed-loop throughput run")
+	fs.IntVar(&cfg.Ops, "ops", 5000, "intents in the closed-loop throughput run (and the baseline's)")
 	fs.IntVar(&cfg.Warmup, "warmup", 200, "intents run before anything is measured")
-	fs.IntVar(&cfg.Concurrency, "concurrency", 64, "intents being published at once in the throughput run")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 64, "intents being published at once in the throughput run; the baseline's workers")
 	fs.Float64Var(&cfg.PGSeconds, "pg-seconds", 3, "duration of the Postgres commit-rate measurement (0: skip)")
 	fs.Var(&cfg.Rate, "rate", "open-loop rate of the moderate latency run: ops/s, or N% of the throughput measured in this run")
 	fs.Float64Var(&cfg.HighLoad, "high-load", 80, "second latency run at this percentage of the measured throughput (0: skip)")
 	fs.DurationVar(&cfg.LatencyDuration, "latency-duration", 3*time.Second, "length of each open-loop latency run")
 	fs.Var((*arrivalsFlag)(&cfg.Arrivals), "arrivals", "open-loop arrivals: poisson (independent callers) or uniform (evenly spaced)")
+	fs.BoolVar(&cfg.Baseline, "baseline", true, "also run the hand-rolled baseline (idempotency-key table, no bus)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print every figure as one JSON document on stdout (the text report goes to stderr)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run to this file")
 	fs.BoolVar(&f.cfg.Infra.Durable, "durable", true, "private cluster keeps fsync on (as in production)")
@@ -179,6 +183,12 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	if err := b.duplicates(ctx); err != nil {
 		return err
 	}
+	if cfg.Baseline {
+		if err := b.baseline(ctx); err != nil {
+			return err
+		}
+	}
+	b.sideBySide()
 	return b.finish(out, started)
 }
 

@@ -207,7 +207,8 @@ func (b *bench) vendorCall(ctx context.Context, key string, body []byte) (int, [
 
 // schedule is the arrivals of one open-loop run at rate for the latency
 // duration; its seed comes from the run id and the phase, so the runs of
-// one bench differ and a phase repeats within it.
+// one bench differ and a phase repeats within it (opledger and baseline
+// get the same arrivals).
 func (b *bench) schedule(phase string, rate float64, d time.Duration) []time.Duration {
 	var seed uint64 = 14695981039346656037
 	for _, c := range []byte(b.run + phase) {

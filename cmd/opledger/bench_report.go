@@ -22,6 +22,7 @@ type benchReport struct {
 	Ratio      float64           `json:"ratio,omitempty"`
 	Latency    []*latencyReport  `json:"latency,omitempty"`
 	Duplicates *duplicatesReport `json:"duplicates,omitempty"`
+	Baseline   *baselineReport   `json:"baseline,omitempty"`
 }
 
 type benchSettings struct {
@@ -92,16 +93,17 @@ type commitRateReport struct {
 	CommitsPerSec float64 `json:"commits_per_sec"`
 }
 
-// latencyReport is one open-loop run at a fixed rate: opledger end to end,
-// a direct vendor call with the same arrivals, and the difference.
+// latencyReport is one open-loop run at a fixed rate: opledger end to end
+// (or the baseline's answer), a direct vendor call with the same arrivals,
+// and the difference.
 type latencyReport struct {
 	Label    string  `json:"label"`
 	Rate     float64 `json:"rate"`
 	Arrivals string  `json:"arrivals"`
 	Seconds  float64 `json:"seconds"`
 	Intents  int     `json:"intents"`
-	// E2E is intent → completed_success result, from each arrival's due
-	// time.
+	// E2E is intent → completed_success result (for the baseline: request
+	// → recorded answer), from each arrival's due time.
 	E2E    benchkit.Dist `json:"e2e"`
 	Direct benchkit.Dist `json:"direct"`
 	// OverheadP50 and OverheadP99 are E2E's quantiles minus Direct's.
@@ -155,4 +157,31 @@ func (d *duplicatesReport) print(w io.Writer) {
 		fmt.Fprintf(w, " (%d without an answer, %d answered otherwise)", d.Lost, d.Failed)
 	}
 	fmt.Fprintln(w)
+}
+
+// sideBySide prints opledger's figures beside the baseline's.
+func (b *bench) sideBySide() {
+	bl := b.rep.Baseline
+	if bl == nil || b.rep.Throughput == nil {
+		return
+	}
+	w := b.out
+	fmt.Fprintf(w, "side by side (same run, same vendor, same concurrency and arrivals):  %12s %12s\n", "opledger", "baseline")
+	fmt.Fprintf(w, "  %-68s %12.0f %12.0f\n", "throughput, ops/s", b.rep.Throughput.OpsPerSec, bl.OpsPerSec)
+	if c, bc := b.rep.Throughput.Cluster, bl.Cluster; c != nil && bc != nil {
+		fmt.Fprintf(w, "  %-68s %12.2f %12.2f\n", "write transactions per operation", c.WriteTransactionsPerOp, bc.WriteTransactionsPerOp)
+		fmt.Fprintf(w, "  %-68s %12.0f %12.0f\n", "WAL bytes per operation", c.WALBytesPerOp, bc.WALBytesPerOp)
+	}
+	for i, l := range b.rep.Latency {
+		if i >= len(bl.Latency) {
+			break
+		}
+		o := bl.Latency[i]
+		fmt.Fprintf(w, "  %-68s %12s %12s\n", fmt.Sprintf("overhead p50 at %.0f ops/s", l.Rate), msStr(l.OverheadP50), msStr(o.OverheadP50))
+		fmt.Fprintf(w, "  %-68s %12s %12s\n", fmt.Sprintf("overhead p99 at %.0f ops/s", l.Rate), msStr(l.OverheadP99), msStr(o.OverheadP99))
+	}
+	if d := b.rep.Duplicates; d != nil && bl.Duplicate != nil {
+		fmt.Fprintf(w, "  %-68s %12s %12s\n", "duplicate answer p50 (same business key)", msStr(d.DuplicateOperation.P50), msStr(bl.Duplicate.P50))
+		fmt.Fprintf(w, "  %-68s %12s %12s\n", "duplicate answer p99 (same business key)", msStr(d.DuplicateOperation.P99), msStr(bl.Duplicate.P99))
+	}
 }

@@ -36,7 +36,7 @@ func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 	t.Parallel()
 	dbURL := testdb.New(t)
 	env := map[string]string{"DATABASE_URL": dbURL}
-	rep, _ := runBenchJSON(t, env, tinyBench...)
+	rep, text := runBenchJSON(t, env, tinyBench...)
 
 	require.Equal(t, 40, rep.Throughput.Ops)
 	require.Positive(t, rep.Throughput.OpsPerSec)
@@ -60,6 +60,14 @@ func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 	require.Positive(t, d.DuplicateOperation.N)
 	require.Positive(t, d.DuplicateEvent.N)
 	require.Equal(t, d.Intents, d.DuplicateOperation.N+d.DuplicateEvent.N, "each repeat answered with its decision")
+	bl := rep.Baseline
+	require.Positive(t, bl.OpsPerSec)
+	require.Len(t, bl.Latency, 2)
+	require.Equal(t, rep.Latency[0].Intents, bl.Latency[0].E2E.N, "the baseline gets the same arrivals")
+	require.Equal(t, rep.Latency[0].Direct, bl.Latency[0].Direct)
+	require.Positive(t, bl.Duplicate.N)
+	require.InDelta(t, 2, bl.Cluster.WriteTransactionsPerOp, 0.5, "insert the key, record the result")
+	require.Contains(t, text, "side by side")
 
 	conn, err := pgx.Connect(t.Context(), dbURL)
 	require.NoError(t, err)
