@@ -32,6 +32,7 @@ type benchConfig struct {
 	LatencyDuration time.Duration
 	Arrivals        benchkit.Arrivals
 	Baseline        bool
+	PGSS            bool
 	JSON            bool
 	CPUProfile      string
 }
@@ -73,12 +74,16 @@ func (a *arrivalsFlag) Set(s string) error {
 	return nil
 }
 
+// pgssSettings load pg_stat_statements into a private cluster (bench -pgss).
+var pgssSettings = map[string]string{"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.max": "10000"}
+
 // runBench is "opledger bench". By default it measures, in one run against
 // one stack:
 //
 //   - throughput: a closed loop of -ops intents, -concurrency publishes in
 //     flight, intent → completed_success, with the ledger's stage times and
-//     what each operation cost Postgres (write transactions and WAL);
+//     what each operation cost Postgres (write transactions and WAL, and
+//     pg_stat_statements' figures with -pgss);
 //   - Postgres's own single-row commit rate at 16 connections on the same
 //     cluster right after, and the ratio;
 //   - latency, open loop at -rate and at -high-load % of the throughput just
@@ -103,6 +108,7 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	fs.DurationVar(&cfg.LatencyDuration, "latency-duration", 3*time.Second, "length of each open-loop latency run")
 	fs.Var((*arrivalsFlag)(&cfg.Arrivals), "arrivals", "open-loop arrivals: poisson (independent callers) or uniform (evenly spaced)")
 	fs.BoolVar(&cfg.Baseline, "baseline", true, "also run the hand-rolled baseline (idempotency-key table, no bus)")
+	fs.BoolVar(&cfg.PGSS, "pgss", false, "pg_stat_statements figures per operation (a private cluster preloads the extension)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print every figure as one JSON document on stdout (the text report goes to stderr)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run to this file")
 	fs.BoolVar(&f.cfg.Infra.Durable, "durable", true, "private cluster keeps fsync on (as in production)")
@@ -122,6 +128,9 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 		return err
 	}
 	f.cfg.Infra.MemoryStreams = true
+	if cfg.PGSS {
+		f.cfg.Infra.PGSettings = pgssSettings
+	}
 	sc.DBMaxConns = int32(*dbConns)
 
 	text := out
@@ -136,7 +145,8 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 		IngestWorkers: sc.IngestWorkers, DispatchWorkers: sc.DispatchWorkers, DBConns: int(sc.DBMaxConns),
 		Durable: f.cfg.Infra.Durable, MemoryStreams: f.cfg.Infra.MemoryStreams, Arrivals: string(cfg.Arrivals),
 		Rate: cfg.Rate.String(), HighLoadPercent: cfg.HighLoad, LatencySeconds: cfg.LatencyDuration.Seconds(),
-		PGSeconds: cfg.PGSeconds, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
+		PGSeconds: cfg.PGSeconds,
+		PGSS:      cfg.PGSS, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
 	}}
 
 	d, err := app.StartStack(ctx, f.cfg)
@@ -165,6 +175,9 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 		return err
 	}
 	defer b.cl.Close()
+	if err := b.setupPGSS(ctx); err != nil {
+		return err
+	}
 	if cfg.Warmup > 0 {
 		// Warm up connections, caches and prepared statements.
 		if _, err := benchRun(ctx, b.cl, b.wf("warm"), cfg.Warmup, cfg.Concurrency); err != nil {
@@ -222,6 +235,7 @@ type bench struct {
 	rep *benchReport
 	hc  *http.Client
 
+	pgss bool // pg_stat_statements is usable
 	// thr is the throughput measured in this run (ops/s), for the
 	// percentage rates.
 	thr float64
@@ -265,6 +279,9 @@ func (b *bench) throughput(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := b.resetPGSS(ctx); err != nil {
+		return err
+	}
 	if b.cfg.CPUProfile != "" {
 		f, err := os.Create(b.cfg.CPUProfile)
 		if err != nil {
@@ -286,6 +303,9 @@ func (b *bench) throughput(ctx context.Context) error {
 	b.rep.Throughput, b.thr = t, t.OpsPerSec
 	fmt.Fprintf(b.out, "throughput: %d operations intent→completed_success in %s = %.0f ops/s (closed loop, %d publishes in flight)\n",
 		b.cfg.Ops, elapsed.Round(time.Millisecond), t.OpsPerSec, b.cfg.Concurrency)
+	if t.PGSS, err = b.snapshotPGSS(ctx, b.cfg.Ops); err != nil {
+		return err
+	}
 	if t.Cluster, err = b.clusterCost(ctx, before, b.cfg.Ops); err != nil {
 		return err
 	}
@@ -294,6 +314,7 @@ func (b *bench) throughput(ctx context.Context) error {
 	}
 	t.Stages.print(b.out)
 	t.Cluster.print(b.out, "  ")
+	t.PGSS.print(b.out, "  ")
 	return nil
 }
 

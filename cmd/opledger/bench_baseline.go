@@ -25,6 +25,7 @@ type baselineReport struct {
 	Seconds     float64            `json:"seconds"`
 	OpsPerSec   float64            `json:"ops_per_sec"`
 	Cluster     *clusterCostReport `json:"cluster,omitempty"`
+	PGSS        *pgssReport        `json:"pgss,omitempty"`
 	// Latency holds one run per load of opledger's latency runs, with the
 	// same arrivals; Direct is opledger's run's direct vendor call.
 	Latency []*latencyReport `json:"latency"`
@@ -127,17 +128,24 @@ func (b *bench) baseline(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := b.resetPGSS(ctx); err != nil {
+		return err
+	}
 	elapsed, err := t.closedLoop(ctx, "thr", b.cfg.Ops)
 	if err != nil {
 		return err
 	}
 	r.Seconds, r.OpsPerSec = elapsed.Seconds(), float64(b.cfg.Ops)/elapsed.Seconds()
+	if r.PGSS, err = b.snapshotPGSS(ctx, b.cfg.Ops); err != nil {
+		return err
+	}
 	if r.Cluster, err = b.clusterCost(ctx, before, b.cfg.Ops); err != nil {
 		return err
 	}
 	fmt.Fprintf(b.out, "  throughput: %d calls request→recorded answer in %s = %.0f ops/s (%.2f× opledger's)\n",
 		b.cfg.Ops, elapsed.Round(time.Millisecond), r.OpsPerSec, r.OpsPerSec/b.thr)
 	r.Cluster.print(b.out, "  ")
+	r.PGSS.print(b.out, "  ")
 
 	for i, l := range b.loads() {
 		sched := b.schedule(l.label, l.rate, b.cfg.LatencyDuration)

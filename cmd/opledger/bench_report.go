@@ -11,11 +11,13 @@ import (
 // benchReport is every figure of one bench run: what -json prints.
 // Durations are in milliseconds (fields ending _ms) or seconds (_seconds).
 type benchReport struct {
-	RunID      string            `json:"run_id"`
-	Started    time.Time         `json:"started"`
-	Seconds    float64           `json:"seconds"`
-	Settings   benchSettings     `json:"settings"`
-	Where      []string          `json:"where"`
+	RunID    string        `json:"run_id"`
+	Started  time.Time     `json:"started"`
+	Seconds  float64       `json:"seconds"`
+	Settings benchSettings `json:"settings"`
+	Where    []string      `json:"where"`
+	// PGSSNote says why pg_stat_statements figures are missing, if they are.
+	PGSSNote   string            `json:"pgss_note,omitempty"`
 	Throughput *throughputReport `json:"throughput,omitempty"`
 	Postgres   *commitRateReport `json:"postgres_commit_rate,omitempty"`
 	// Ratio is opledger's throughput over Postgres's commit rate.
@@ -41,6 +43,7 @@ type benchSettings struct {
 	HighLoadPercent float64 `json:"high_load_percent"`
 	LatencySeconds  float64 `json:"latency_seconds"`
 	PGSeconds       float64 `json:"pg_seconds"`
+	PGSS            bool    `json:"pgss"`
 	CPUs            int     `json:"cpus"`
 	GOMAXPROCS      int     `json:"gomaxprocs"`
 	GoVersion       string  `json:"go_version"`
@@ -53,6 +56,7 @@ type throughputReport struct {
 	OpsPerSec float64            `json:"ops_per_sec"`
 	Stages    *stageReport       `json:"stages,omitempty"`
 	Cluster   *clusterCostReport `json:"cluster,omitempty"`
+	PGSS      *pgssReport        `json:"pgss,omitempty"`
 }
 
 // stageReport is where the throughput run's operations spent their time,
@@ -171,6 +175,10 @@ func (b *bench) sideBySide() {
 	if c, bc := b.rep.Throughput.Cluster, bl.Cluster; c != nil && bc != nil {
 		fmt.Fprintf(w, "  %-68s %12.2f %12.2f\n", "write transactions per operation", c.WriteTransactionsPerOp, bc.WriteTransactionsPerOp)
 		fmt.Fprintf(w, "  %-68s %12.0f %12.0f\n", "WAL bytes per operation", c.WALBytesPerOp, bc.WALBytesPerOp)
+	}
+	if p, bp := b.rep.Throughput.PGSS, bl.PGSS; p != nil && bp != nil {
+		fmt.Fprintf(w, "  %-68s %12.1f %12.1f\n", "statements per operation", p.StatementsPerOp, bp.StatementsPerOp)
+		fmt.Fprintf(w, "  %-68s %12.3f %12.3f\n", "Postgres execution ms per operation", p.ExecMsPerOp, bp.ExecMsPerOp)
 	}
 	for i, l := range b.rep.Latency {
 		if i >= len(bl.Latency) {

@@ -3,12 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/opledger/opledger/internal/pglocal"
 	"github.com/opledger/opledger/internal/testdb"
 )
 
@@ -67,6 +72,7 @@ func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 	require.Equal(t, rep.Latency[0].Direct, bl.Latency[0].Direct)
 	require.Positive(t, bl.Duplicate.N)
 	require.InDelta(t, 2, bl.Cluster.WriteTransactionsPerOp, 0.5, "insert the key, record the result")
+	require.Nil(t, rep.Throughput.PGSS, "no -pgss")
 	require.Contains(t, text, "side by side")
 
 	conn, err := pgx.Connect(t.Context(), dbURL)
@@ -88,4 +94,38 @@ func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 		require.Equal(t, wantNotNew, notNew, "run %s: only its deliberate duplicates are duplicates", r.RunID)
 		require.Equal(t, wantRepeats, repeats, "run %s: only its deliberate repeats were delivered twice", r.RunID)
 	}
+}
+
+// -pgss on a private cluster started with pg_stat_statements: statements,
+// rows, execution time and WAL per operation, for opledger and the
+// baseline; and -cpuprofile writes a profile.
+func TestBenchPGSS(t *testing.T) {
+	t.Parallel()
+	if _, err := pglocal.BinDir(); errors.Is(err, pglocal.ErrBinariesNotFound) {
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	prof := filepath.Join(t.TempDir(), "cpu.pprof")
+	rep, text := runBenchJSON(t, map[string]string{}, append([]string{"-pgss", "-durable=false", "-high-load", "0", "-cpuprofile", prof}, tinyBench...)...)
+	require.Empty(t, rep.PGSSNote, text)
+	for _, p := range []*pgssReport{rep.Throughput.PGSS, rep.Baseline.PGSS} {
+		require.NotNil(t, p, text)
+		require.Positive(t, p.StatementsPerOp)
+		require.Positive(t, p.RowsPerOp)
+		require.Positive(t, p.ExecMsPerOp)
+		require.Positive(t, p.WALRecordsPerOp)
+		require.Positive(t, p.WALBytesPerOp)
+		require.NotEmpty(t, p.Top)
+		for _, s := range p.Top {
+			require.NotContains(t, s.Query, strings.TrimSpace(benchTag), "the bench's own statements are not counted")
+		}
+	}
+	require.GreaterOrEqual(t, rep.Baseline.PGSS.StatementsPerOp, 2.0, "INSERT the key, UPDATE the result")
+	require.Len(t, rep.Latency, 1, "-high-load 0")
+	require.Contains(t, text, "pg_stat_statements per operation")
+	st, err := os.Stat(prof)
+	require.NoError(t, err)
+	require.Positive(t, st.Size())
 }
