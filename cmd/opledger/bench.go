@@ -32,6 +32,9 @@ type benchConfig struct {
 	LatencyDuration time.Duration
 	Arrivals        benchkit.Arrivals
 	Baseline        bool
+	Preload         int
+	PreloadWorkers  int
+	PreloadChunk    int
 	PGSS            bool
 	JSON            bool
 	CPUProfile      string
@@ -92,7 +95,8 @@ var pgssSettings = map[string]string{"shared_preload_libraries": "pg_stat_statem
 //     id; the same event id again);
 //   - the baseline a team would write first (an idempotency-key table in
 //     Postgres, no bus) at the same concurrency and rates, beside opledger.
-
+//
+// -preload N first builds a ledger of N completed operations with COPY.
 func runBench(ctx context.Context, args []string, env func(string) (string, bool), out, stderr io.Writer) error {
 	fs := flag.NewFlagSet("opledger bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -108,6 +112,9 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	fs.DurationVar(&cfg.LatencyDuration, "latency-duration", 3*time.Second, "length of each open-loop latency run")
 	fs.Var((*arrivalsFlag)(&cfg.Arrivals), "arrivals", "open-loop arrivals: poisson (independent callers) or uniform (evenly spaced)")
 	fs.BoolVar(&cfg.Baseline, "baseline", true, "also run the hand-rolled baseline (idempotency-key table, no bus)")
+	fs.IntVar(&cfg.Preload, "preload", 0, "first build a ledger of this many completed operations (COPY), then measure on it")
+	fs.IntVar(&cfg.PreloadWorkers, "preload-workers", 4, "connections copying the preload in parallel")
+	fs.IntVar(&cfg.PreloadChunk, "preload-chunk", 20000, "operations per preload transaction")
 	fs.BoolVar(&cfg.PGSS, "pgss", false, "pg_stat_statements figures per operation (a private cluster preloads the extension)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print every figure as one JSON document on stdout (the text report goes to stderr)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run to this file")
@@ -145,8 +152,8 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 		IngestWorkers: sc.IngestWorkers, DispatchWorkers: sc.DispatchWorkers, DBConns: int(sc.DBMaxConns),
 		Durable: f.cfg.Infra.Durable, MemoryStreams: f.cfg.Infra.MemoryStreams, Arrivals: string(cfg.Arrivals),
 		Rate: cfg.Rate.String(), HighLoadPercent: cfg.HighLoad, LatencySeconds: cfg.LatencyDuration.Seconds(),
-		PGSeconds: cfg.PGSeconds,
-		PGSS:      cfg.PGSS, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
+		PGSeconds: cfg.PGSeconds, Preload: cfg.Preload,
+		PGSS: cfg.PGSS, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
 	}}
 
 	d, err := app.StartStack(ctx, f.cfg)
@@ -177,6 +184,11 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	defer b.cl.Close()
 	if err := b.setupPGSS(ctx); err != nil {
 		return err
+	}
+	if cfg.Preload > 0 {
+		if err := b.preload(ctx); err != nil {
+			return err
+		}
 	}
 	if cfg.Warmup > 0 {
 		// Warm up connections, caches and prepared statements.
@@ -209,10 +221,10 @@ func (c *benchConfig) validate() error {
 	switch {
 	case c.Ops < 1:
 		return fmt.Errorf("-ops must be at least 1")
-	case c.Warmup < 0:
-		return fmt.Errorf("-warmup may not be negative")
-	case c.Concurrency < 1:
-		return fmt.Errorf("-concurrency must be at least 1")
+	case c.Warmup < 0, c.Preload < 0:
+		return fmt.Errorf("-warmup and -preload may not be negative")
+	case c.Concurrency < 1, c.PreloadWorkers < 1, c.PreloadChunk < 1:
+		return fmt.Errorf("-concurrency, -preload-workers and -preload-chunk must be at least 1")
 	case c.LatencyDuration <= 0:
 		return fmt.Errorf("-latency-duration must be positive")
 	case c.HighLoad < 0:

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,66 @@ func (b *bench) clusterCounters(ctx context.Context) (clusterCounters, error) {
 	return c, nil
 }
 
+// clusterCost divides what the cluster wrote since before by ops.
+func (b *bench) clusterCost(ctx context.Context, before clusterCounters, ops int) (*clusterCostReport, error) {
+	after, err := b.clusterCounters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	secs := after.at.Sub(before.at).Seconds()
+	return &clusterCostReport{Ops: ops,
+		WriteTransactionsPerOp: float64(after.nextXID-before.nextXID) / float64(ops),
+		WALBytesPerOp:          float64(after.walBytes-before.walBytes) / float64(ops),
+		WALBytesPerSec:         float64(after.walBytes-before.walBytes) / secs}, nil
+}
+
+// hotTables are the ledger's tables that every operation writes.
+var hotTables = []string{"operations", "outbox", "inbox", "operation_events", "attempts", "entity_leases"}
+
+// tableStat is one table's size and tuple counts (pg_stat_user_tables).
+type tableStat struct {
+	Table      string `json:"table"`
+	LiveTuples int64  `json:"n_live_tup"`
+	DeadTuples int64  `json:"n_dead_tup"`
+	TotalBytes int64  `json:"total_bytes"`
+	HeapBytes  int64  `json:"heap_bytes"`
+	IndexBytes int64  `json:"index_bytes"`
+	Vacuums    int64  `json:"vacuums"`
+}
+
+// tableStats reads size and tuple counts of tables (those that exist).
+func (b *bench) tableStats(ctx context.Context, tables []string) ([]tableStat, error) {
+	rows, err := b.db.Query(ctx, benchTag+`
+		SELECT s.relname, s.n_live_tup, s.n_dead_tup, pg_total_relation_size(s.relid), pg_relation_size(s.relid),
+		       pg_indexes_size(s.relid), s.autovacuum_count + s.vacuum_count
+		FROM pg_stat_user_tables s
+		WHERE s.schemaname = 'public' AND s.relname = ANY($1)
+		ORDER BY array_position($1, s.relname::text)`, tables)
+	if err != nil {
+		return nil, fmt.Errorf("bench: table statistics: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (tableStat, error) {
+		var t tableStat
+		err := r.Scan(&t.Table, &t.LiveTuples, &t.DeadTuples, &t.TotalBytes, &t.HeapBytes, &t.IndexBytes, &t.Vacuums)
+		return t, err
+	})
+}
+
+func printTables(w io.Writer, indent string, ts []tableStat) {
+	for _, t := range ts {
+		fmt.Fprintf(w, "%s%-17s %12d live %10d dead (%4.1f%%)  %9s total = %9s heap + %9s indexes + toast, %d vacuums\n", indent, t.Table,
+			t.LiveTuples, t.DeadTuples, pct(t.DeadTuples, t.LiveTuples+t.DeadTuples), bytesIEC(t.TotalBytes), bytesIEC(t.HeapBytes),
+			bytesIEC(t.IndexBytes), t.Vacuums)
+	}
+}
+
+func pct(part, whole int64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return 100 * float64(part) / float64(whole)
+}
+
 // bytesIEC prints a size as people read it: 512 B, 1.5 kB, 12.0 MB, 3.2 GB
 // (powers of 1024).
 func bytesIEC(n int64) string {
@@ -121,17 +182,4 @@ func bytesIEC(n int64) string {
 		i++
 	}
 	return fmt.Sprintf("%.1f %s", v, suffix[i])
-}
-
-// clusterCost divides what the cluster wrote since before by ops.
-func (b *bench) clusterCost(ctx context.Context, before clusterCounters, ops int) (*clusterCostReport, error) {
-	after, err := b.clusterCounters(ctx)
-	if err != nil {
-		return nil, err
-	}
-	secs := after.at.Sub(before.at).Seconds()
-	return &clusterCostReport{Ops: ops,
-		WriteTransactionsPerOp: float64(after.nextXID-before.nextXID) / float64(ops),
-		WALBytesPerOp:          float64(after.walBytes-before.walBytes) / float64(ops),
-		WALBytesPerSec:         float64(after.walBytes-before.walBytes) / secs}, nil
 }

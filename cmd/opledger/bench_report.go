@@ -18,6 +18,7 @@ type benchReport struct {
 	Where    []string      `json:"where"`
 	// PGSSNote says why pg_stat_statements figures are missing, if they are.
 	PGSSNote   string            `json:"pgss_note,omitempty"`
+	Preload    *preloadReport    `json:"preload,omitempty"`
 	Throughput *throughputReport `json:"throughput,omitempty"`
 	Postgres   *commitRateReport `json:"postgres_commit_rate,omitempty"`
 	// Ratio is opledger's throughput over Postgres's commit rate.
@@ -43,6 +44,7 @@ type benchSettings struct {
 	HighLoadPercent float64 `json:"high_load_percent"`
 	LatencySeconds  float64 `json:"latency_seconds"`
 	PGSeconds       float64 `json:"pg_seconds"`
+	Preload         int     `json:"preload"`
 	PGSS            bool    `json:"pgss"`
 	CPUs            int     `json:"cpus"`
 	GOMAXPROCS      int     `json:"gomaxprocs"`

@@ -9,12 +9,16 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/pglocal"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/pkg/client"
+	"github.com/opledger/opledger/pkg/op"
 )
 
 // tinyBench are flags that run every phase of the bench at sizes that only
@@ -34,14 +38,16 @@ func runBenchJSON(t *testing.T, env map[string]string, args ...string) (*benchRe
 	return &rep, text.String()
 }
 
-// Two bench runs against one database, every default phase: each run's
-// operations are its own (no intent of the second is a duplicate of the
-// first's), and every figure is in the JSON report.
+// Two bench runs against one database: the first preloads a ledger and
+// runs every default phase, the second too, without the preload. Each
+// run's operations are its own (no intent of the second is a duplicate of
+// the first's), the preload's operations are answered by the pipeline like
+// the operations it made itself, and every figure is in the JSON report.
 func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 	t.Parallel()
 	dbURL := testdb.New(t)
 	env := map[string]string{"DATABASE_URL": dbURL}
-	rep, text := runBenchJSON(t, env, tinyBench...)
+	rep, text := runBenchJSON(t, env, append([]string{"-preload", "30", "-preload-chunk", "8", "-preload-workers", "2"}, tinyBench...)...)
 
 	require.Equal(t, 40, rep.Throughput.Ops)
 	require.Positive(t, rep.Throughput.OpsPerSec)
@@ -75,9 +81,53 @@ func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 	require.Nil(t, rep.Throughput.PGSS, "no -pgss")
 	require.Contains(t, text, "side by side")
 
+	p := rep.Preload
+	require.Equal(t, 30, p.Ops)
+	require.Equal(t, map[string]int{"operations": 1, "operation_events": 4, "attempts": 1, "inbox": 1}, p.RowsPerOp)
+	require.EqualValues(t, 30*7, p.Rows)
+	require.NotEmpty(t, p.Tables)
+
 	conn, err := pgx.Connect(t.Context(), dbURL)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
+
+	// The preloaded operations look like the template the pipeline made:
+	// same state, version, events, attempt and inbox decision.
+	type shape struct {
+		State, Events, Attempt, Inbox string
+		Version                       int64
+	}
+	shapeOf := func(where string, arg string) []shape {
+		rows, err := conn.Query(t.Context(), `
+			SELECT o.state, o.version,
+			       (SELECT string_agg(e.event || ':' || e.from_state || '>' || e.to_state || '@' || e.lease_epoch, ' ' ORDER BY e.seq) FROM operation_events e WHERE e.operation_id = o.id),
+			       (SELECT string_agg(a.outcome || '#' || a.number || '@' || a.lease_epoch || ':' || (a.finished_at IS NOT NULL) || ':' || (a.external_object_id = o.external_object_id), ' ') FROM attempts a WHERE a.operation_id = o.id),
+			       (SELECT string_agg(i.decision || ':' || i.source || ':' || (i.event_id = o.origin_event_id), ' ') FROM inbox i WHERE i.operation_id = o.id)
+			FROM operations o WHERE `+where+` ORDER BY o.id`, arg)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (shape, error) {
+			var s shape
+			return s, r.Scan(&s.State, &s.Version, &s.Events, &s.Attempt, &s.Inbox)
+		})
+		require.NoError(t, err)
+		return out
+	}
+	tpl := shapeOf("o.id = $1", p.Template)
+	require.Len(t, tpl, 1)
+	require.Equal(t, string(op.StateCompletedSuccess), tpl[0].State)
+	pre := shapeOf("o.workflow_id LIKE $1", p.Prefix+"%")
+	require.Len(t, pre, 30)
+	for _, s := range pre {
+		require.Equal(t, tpl[0], s)
+	}
+	var distinctIDs, distinctObjects, distinctTraces int
+	var oldest, newest time.Time
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(DISTINCT a.id), count(DISTINCT o.external_object_id), count(DISTINCT o.trace_id), min(o.created_at), max(o.created_at)
+		FROM operations o JOIN attempts a ON a.operation_id = o.id WHERE o.workflow_id LIKE $1`, p.Prefix+"%").
+		Scan(&distinctIDs, &distinctObjects, &distinctTraces, &oldest, &newest))
+	require.Equal(t, []int{30, 30, 30}, []int{distinctIDs, distinctObjects, distinctTraces}, "every copy has its own attempt, charge and trace")
+	require.WithinDuration(t, time.Now().Add(-time.Hour-preloadSpan), oldest, 5*time.Minute)
+	require.WithinDuration(t, time.Now().Add(-time.Hour), newest, preloadSpan/30+5*time.Minute)
 
 	// The second run. None of its intents meets the first run's.
 	rep2, _ := runBenchJSON(t, env, tinyBench...)
@@ -94,6 +144,31 @@ func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 		require.Equal(t, wantNotNew, notNew, "run %s: only its deliberate duplicates are duplicates", r.RunID)
 		require.Equal(t, wantRepeats, repeats, "run %s: only its deliberate repeats were delivered twice", r.RunID)
 	}
+
+	// The pipeline answers repeats of preloaded intents from the ledger:
+	// the same event id is a duplicate event, a new event id with the same
+	// arguments a duplicate operation, both naming the preloaded operation.
+	d2, err := app.StartStack(t.Context(), app.StackConfig{Infra: app.InfraConfig{DatabaseURL: dbURL, MemoryStreams: true},
+		Services: app.ServicesConfig{Dispatchers: 1, Relays: 1}})
+	require.NoError(t, err)
+	defer d2.Close()
+	cl, err := client.Connect(d2.Infra.NATSURL, "bench-test")
+	require.NoError(t, err)
+	defer cl.Close()
+	in := preloadIntent(p.Prefix, 7)
+	var opID string
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT id FROM operations WHERE origin_event_id = $1`, in.EventID).Scan(&opID))
+	again, err := cl.Submit(t.Context(), in)
+	require.NoError(t, err)
+	require.Equal(t, op.DecisionDuplicateEvent, again.DedupeDecision, "the preloaded inbox row has the hash of these very bytes")
+	require.Equal(t, opID, again.OperationID)
+	retry := in
+	retry.EventID += "_retry"
+	dup, err := cl.Submit(t.Context(), retry)
+	require.NoError(t, err)
+	require.Equal(t, op.DecisionDuplicateOperation, dup.DedupeDecision, "the preloaded key and args hash are the registry's")
+	require.Equal(t, opID, dup.OperationID)
+	require.EqualValues(t, op.StateCompletedSuccess, dup.Status)
 }
 
 // -pgss on a private cluster started with pg_stat_statements: statements,
