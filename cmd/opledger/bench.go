@@ -35,6 +35,8 @@ type benchConfig struct {
 	Preload         int
 	PreloadWorkers  int
 	PreloadChunk    int
+	Duration        time.Duration
+	Interval        time.Duration
 	PGSS            bool
 	JSON            bool
 	CPUProfile      string
@@ -96,7 +98,9 @@ var pgssSettings = map[string]string{"shared_preload_libraries": "pg_stat_statem
 //   - the baseline a team would write first (an idempotency-key table in
 //     Postgres, no bus) at the same concurrency and rates, beside opledger.
 //
-// -preload N first builds a ledger of N completed operations with COPY.
+// -preload N first builds a ledger of N completed operations with COPY;
+// -duration D instead runs at -rate for D, reporting every -interval whether
+// latency, memory, backlog and the hot tables stay flat.
 func runBench(ctx context.Context, args []string, env func(string) (string, bool), out, stderr io.Writer) error {
 	fs := flag.NewFlagSet("opledger bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -107,7 +111,7 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	fs.IntVar(&cfg.Warmup, "warmup", 200, "intents run before anything is measured")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 64, "intents being published at once in the throughput run; the baseline's workers")
 	fs.Float64Var(&cfg.PGSeconds, "pg-seconds", 3, "duration of the Postgres commit-rate measurement (0: skip)")
-	fs.Var(&cfg.Rate, "rate", "open-loop rate of the moderate latency run: ops/s, or N% of the throughput measured in this run")
+	fs.Var(&cfg.Rate, "rate", "open-loop rate of the moderate latency run and of -duration: ops/s, or N% of the throughput measured in this run")
 	fs.Float64Var(&cfg.HighLoad, "high-load", 80, "second latency run at this percentage of the measured throughput (0: skip)")
 	fs.DurationVar(&cfg.LatencyDuration, "latency-duration", 3*time.Second, "length of each open-loop latency run")
 	fs.Var((*arrivalsFlag)(&cfg.Arrivals), "arrivals", "open-loop arrivals: poisson (independent callers) or uniform (evenly spaced)")
@@ -115,6 +119,8 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	fs.IntVar(&cfg.Preload, "preload", 0, "first build a ledger of this many completed operations (COPY), then measure on it")
 	fs.IntVar(&cfg.PreloadWorkers, "preload-workers", 4, "connections copying the preload in parallel")
 	fs.IntVar(&cfg.PreloadChunk, "preload-chunk", 20000, "operations per preload transaction")
+	fs.DurationVar(&cfg.Duration, "duration", 0, "steady mode: run at -rate for this long instead of the default measurements")
+	fs.DurationVar(&cfg.Interval, "interval", time.Minute, "steady mode: report every interval")
 	fs.BoolVar(&cfg.PGSS, "pgss", false, "pg_stat_statements figures per operation (a private cluster preloads the extension)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print every figure as one JSON document on stdout (the text report goes to stderr)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run to this file")
@@ -134,7 +140,12 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	if err := f.logger(stderr); err != nil {
 		return err
 	}
-	f.cfg.Infra.MemoryStreams = true
+	steady := cfg.Duration > 0
+	// Streams in memory keep JetStream's disk out of the short runs; a
+	// steady run keeps its streams on disk, as in production, or the
+	// RESULTS and INTENTS streams (kept 1 h and 24 h) would grow the heap
+	// it watches.
+	f.cfg.Infra.MemoryStreams = !steady
 	if cfg.PGSS {
 		f.cfg.Infra.PGSettings = pgssSettings
 	}
@@ -152,7 +163,7 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 		IngestWorkers: sc.IngestWorkers, DispatchWorkers: sc.DispatchWorkers, DBConns: int(sc.DBMaxConns),
 		Durable: f.cfg.Infra.Durable, MemoryStreams: f.cfg.Infra.MemoryStreams, Arrivals: string(cfg.Arrivals),
 		Rate: cfg.Rate.String(), HighLoadPercent: cfg.HighLoad, LatencySeconds: cfg.LatencyDuration.Seconds(),
-		PGSeconds: cfg.PGSeconds, Preload: cfg.Preload,
+		PGSeconds: cfg.PGSeconds, Preload: cfg.Preload, DurationSeconds: cfg.Duration.Seconds(), IntervalSeconds: cfg.Interval.Seconds(),
 		PGSS: cfg.PGSS, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
 	}}
 
@@ -196,6 +207,17 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 			return fmt.Errorf("bench: warm-up: %w", err)
 		}
 	}
+	if steady {
+		if cfg.Rate.percent {
+			if err := b.throughput(ctx); err != nil {
+				return err
+			}
+		}
+		if err := b.steady(ctx); err != nil {
+			return err
+		}
+		return b.finish(out, started)
+	}
 	if err := b.throughput(ctx); err != nil {
 		return err
 	}
@@ -229,6 +251,8 @@ func (c *benchConfig) validate() error {
 		return fmt.Errorf("-latency-duration must be positive")
 	case c.HighLoad < 0:
 		return fmt.Errorf("-high-load may not be negative")
+	case c.Duration < 0 || (c.Duration > 0 && c.Interval <= 0):
+		return fmt.Errorf("-duration may not be negative, and -interval must be positive")
 	}
 	return nil
 }

@@ -88,6 +88,13 @@ func (a *answers) deliver(key string, ans answer) {
 	}
 }
 
+// pending is how many arrivals still wait for their answers.
+func (a *answers) pending() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.waiting)
+}
+
 // loopResult is what an open-loop run of intents measured.
 type loopResult struct {
 	// lat holds, per dedupe decision awaited, the latencies from each

@@ -26,6 +26,7 @@ type benchReport struct {
 	Latency    []*latencyReport  `json:"latency,omitempty"`
 	Duplicates *duplicatesReport `json:"duplicates,omitempty"`
 	Baseline   *baselineReport   `json:"baseline,omitempty"`
+	Steady     *steadyReport     `json:"steady,omitempty"`
 }
 
 type benchSettings struct {
@@ -45,6 +46,8 @@ type benchSettings struct {
 	LatencySeconds  float64 `json:"latency_seconds"`
 	PGSeconds       float64 `json:"pg_seconds"`
 	Preload         int     `json:"preload"`
+	DurationSeconds float64 `json:"duration_seconds,omitempty"`
+	IntervalSeconds float64 `json:"interval_seconds,omitempty"`
 	PGSS            bool    `json:"pgss"`
 	CPUs            int     `json:"cpus"`
 	GOMAXPROCS      int     `json:"gomaxprocs"`

@@ -39,10 +39,10 @@ func runBenchJSON(t *testing.T, env map[string]string, args ...string) (*benchRe
 }
 
 // Two bench runs against one database: the first preloads a ledger and
-// runs every default phase, the second too, without the preload. Each
-// run's operations are its own (no intent of the second is a duplicate of
-// the first's), the preload's operations are answered by the pipeline like
-// the operations it made itself, and every figure is in the JSON report.
+// runs every default phase, the second runs in steady mode. Each run's
+// operations are its own (no intent of the second is a duplicate of the
+// first's), the preload's operations are answered by the pipeline like the
+// operations it made itself, and every figure is in the JSON report.
 func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 	t.Parallel()
 	dbURL := testdb.New(t)
@@ -129,9 +129,25 @@ func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 	require.WithinDuration(t, time.Now().Add(-time.Hour-preloadSpan), oldest, 5*time.Minute)
 	require.WithinDuration(t, time.Now().Add(-time.Hour), newest, preloadSpan/30+5*time.Minute)
 
-	// The second run. None of its intents meets the first run's.
-	rep2, _ := runBenchJSON(t, env, tinyBench...)
+	// The second run, in steady mode at half the throughput it measures
+	// first. None of its intents meets the first run's.
+	rep2, text2 := runBenchJSON(t, env, "-duration", "1500ms", "-interval", "500ms", "-rate", "50%", "-ops", "30", "-warmup", "5",
+		"-latency-duration", "300ms", "-json")
 	require.NotEqual(t, rep.RunID, rep2.RunID)
+	s := rep2.Steady
+	require.InDelta(t, rep2.Throughput.OpsPerSec/2, s.Rate, 1e-6)
+	require.NotEmpty(t, s.Intervals, text2)
+	require.Zero(t, s.Lost+s.Failed)
+	completed := 0
+	for _, iv := range s.Intervals {
+		completed += iv.Completed
+		require.Len(t, iv.Tables, len(hotTables))
+		require.Positive(t, iv.RSSBytes)
+	}
+	require.Positive(t, completed)
+	require.NotEmpty(t, s.Verdict.Tables)
+	require.Contains(t, text2, "steady")
+
 	for _, r := range []*benchReport{rep, rep2} {
 		var intents, notNew, repeats int
 		require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE decision <> 'new'), coalesce(sum(duplicate_count), 0)
