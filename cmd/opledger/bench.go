@@ -157,7 +157,7 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	}
 	started := time.Now()
 	b := &bench{cfg: cfg, out: text, run: benchkit.RunID(started),
-		hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}}}
+		hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512}}}
 	b.rep = &benchReport{RunID: b.run, Started: started, Settings: benchSettings{
 		Ops: cfg.Ops, Warmup: cfg.Warmup, Concurrency: cfg.Concurrency, Dispatchers: sc.Dispatchers, Relays: sc.Relays,
 		IngestWorkers: sc.IngestWorkers, DispatchWorkers: sc.DispatchWorkers, DBConns: int(sc.DBMaxConns),

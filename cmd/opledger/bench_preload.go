@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	mrand "math/rand/v2"
 	"slices"
 	"strings"
@@ -489,7 +490,7 @@ func (p *preloader) clone(i int, rng *mrand.Rand) (cloneVals, error) {
 
 // copyAll copies every chunk of the preload, workers at a time; fk says
 // whether foreign keys were checked.
-func (p *preloader) copyAll(ctx context.Context, url string, workers, chunk int, progress interface{ Write([]byte) (int, error) }) (fk bool, err error) {
+func (p *preloader) copyAll(ctx context.Context, url string, workers, chunk int, progress io.Writer) (fk bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	chunks := (p.n + chunk - 1) / chunk
