@@ -26,9 +26,13 @@ type steadyReport struct {
 	IntervalSeconds float64          `json:"interval_seconds"`
 	Direct          benchkit.Dist    `json:"direct"`
 	Intervals       []steadyInterval `json:"intervals"`
-	Lost            int              `json:"lost"`
-	Failed          int              `json:"failed"`
-	Verdict         steadyVerdict    `json:"verdict"`
+	// Lost arrivals had no answer drainTimeout after the last arrival;
+	// DrainAnswered were answered after it.
+	Lost          int           `json:"lost"`
+	DrainAnswered int           `json:"drain_answered"`
+	DrainSeconds  float64       `json:"drain_seconds"`
+	Failed        int           `json:"failed"`
+	Verdict       steadyVerdict `json:"verdict"`
 }
 
 type steadyInterval struct {
@@ -43,17 +47,21 @@ type steadyInterval struct {
 	// InFlight intents are published and not answered yet; OutboxUnsent
 	// rows wait for a relay; Unsettled operations of this run are in no
 	// final state.
-	InFlight      int         `json:"in_flight"`
-	OutboxUnsent  int64       `json:"outbox_unsent"`
-	Unsettled     int64       `json:"unsettled"`
-	HeapLiveBytes int64       `json:"heap_live_bytes"`
-	RSSBytes      int64       `json:"rss_bytes"`
-	Goroutines    int         `json:"goroutines"`
-	Tables        []tableStat `json:"tables"`
+	InFlight int `json:"in_flight"`
+	// OldestUnansweredMs is the age, at the interval's end, of the oldest
+	// arrival without an answer: a lower bound on latencies still to come.
+	OldestUnansweredMs float64     `json:"oldest_unanswered_ms"`
+	OutboxUnsent       int64       `json:"outbox_unsent"`
+	Unsettled          int64       `json:"unsettled"`
+	HeapLiveBytes      int64       `json:"heap_live_bytes"`
+	RSSBytes           int64       `json:"rss_bytes"`
+	Goroutines         int         `json:"goroutines"`
+	Tables             []tableStat `json:"tables"`
 }
 
 // steadyVerdict compares the mean of the last third of the intervals with
-// the first third's (benchkit.Ratio).
+// the first third's (benchkit.Ratio); the answers after the last arrival
+// are not an interval.
 type steadyVerdict struct {
 	Flat     bool          `json:"flat"`
 	NotFlat  []string      `json:"not_flat,omitempty"`
@@ -110,12 +118,14 @@ func (b *bench) steady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Every arrival waits for its answer however late it comes (a late
+	// answer counts, in the interval it arrives, with its whole latency);
+	// one still unanswered drainTimeout after the last arrival is lost.
 	var (
-		mu         sync.Mutex
-		lat        []time.Duration
-		pending    = map[int]time.Time{}
-		oldestLost time.Time
-		pubErr     error
+		mu      sync.Mutex
+		lat     []time.Duration
+		pending = map[int]time.Time{}
+		pubErr  error
 	)
 	sched := benchkit.Schedule(b.cfg.Arrivals, rate, b.cfg.Duration, uint64(time.Now().UnixNano()))
 	loopDone := make(chan error, 1)
@@ -132,12 +142,12 @@ func (b *bench) steady(ctx context.Context) error {
 				a.forget(key)
 				mu.Lock()
 				delete(pending, i)
-				pubErr = err
+				if runCtx.Err() == nil {
+					pubErr = err
+				}
 				mu.Unlock()
 				return
 			}
-			timer := time.NewTimer(drainTimeout)
-			defer timer.Stop()
 			select {
 			case ans := <-ch:
 				mu.Lock()
@@ -148,33 +158,22 @@ func (b *bench) steady(ctx context.Context) error {
 					s.Failed++
 				}
 				mu.Unlock()
-			case <-timer.C:
-				a.forget(key)
-				mu.Lock()
-				delete(pending, i)
-				s.Lost++
-				if oldestLost.IsZero() {
-					oldestLost = due
-				}
-				mu.Unlock()
 			case <-runCtx.Done():
+				a.forget(key)
 			}
 		})
 		loopDone <- err
 	}()
 
-	tick := time.NewTicker(b.cfg.Interval)
-	defer tick.Stop()
+	end := start.Add(b.cfg.Duration)
 	prev := start
-	finished := false
-	for !finished {
+	for prev.Before(end) {
+		next := minTime(prev.Add(b.cfg.Interval), end)
+		if end.Sub(next) < b.cfg.Interval/2 {
+			next = end // no stub interval at the end: the last one is longer
+		}
 		select {
-		case <-tick.C:
-		case err := <-loopDone:
-			if err != nil {
-				return err
-			}
-			finished = true
+		case <-time.After(time.Until(next)):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -183,35 +182,30 @@ func (b *bench) steady(ctx context.Context) error {
 		got := lat
 		lat = nil
 		inFlight := len(pending)
-		oldest := now.Add(-b.cfg.Interval)
+		oldest := now
 		for _, due := range pending {
-			if due.Before(oldest) {
-				oldest = due
-			}
-		}
-		if !oldestLost.IsZero() && oldestLost.Before(oldest) {
-			oldest = oldestLost
+			oldest = minTime(oldest, due)
 		}
 		err := pubErr
 		mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("bench: steady: publish: %w", err)
 		}
-		if finished && now.Sub(prev) < b.cfg.Interval/2 && len(s.Intervals) > 0 {
-			break // a stub interval at the end says nothing
-		}
 		iv := steadyInterval{EndSeconds: now.Sub(start).Seconds(), Completed: len(got), OpsPerSec: float64(len(got)) / now.Sub(prev).Seconds(),
-			E2E: benchkit.Summarize(got), InFlight: inFlight, Goroutines: runtime.NumGoroutine()}
+			E2E: benchkit.Summarize(got), InFlight: inFlight, OldestUnansweredMs: msf(now.Sub(oldest)), Goroutines: runtime.NumGoroutine()}
 		prev = now
-		iv.OverheadP50, iv.OverheadP99 = iv.E2E.P50-s.Direct.P50, iv.E2E.P99-s.Direct.P99
+		if iv.Completed > 0 {
+			iv.OverheadP50, iv.OverheadP99 = iv.E2E.P50-s.Direct.P50, iv.E2E.P99-s.Direct.P99
+		}
 		if err := b.db.QueryRow(ctx, outboxQuery).Scan(&iv.OutboxUnsent); err != nil {
 			return fmt.Errorf("bench: steady: outbox: %w", err)
 		}
 		// Only this run's operations that may still be unsettled: those
-		// created since the oldest arrival without an answer (a margin for
-		// clocks).
+		// created since the oldest arrival without an answer, or in this
+		// interval (a margin for clocks).
+		since := minTime(oldest, now.Add(-b.cfg.Interval)).Add(-5 * time.Second)
 		if err := b.db.QueryRow(ctx, benchTag+`SELECT count(*) FROM operations WHERE workflow_id = $1 AND created_at >= $2 AND state <> ALL($3)`,
-			wf, oldest.Add(-5*time.Second), terminalStates()).Scan(&iv.Unsettled); err != nil {
+			wf, since, terminalStates()).Scan(&iv.Unsettled); err != nil {
 			return fmt.Errorf("bench: steady: unsettled: %w", err)
 		}
 		iv.HeapLiveBytes, iv.RSSBytes = memory()
@@ -220,11 +214,32 @@ func (b *bench) steady(ctx context.Context) error {
 		}
 		b.d.Vendors.Reset()
 		s.Intervals = append(s.Intervals, iv)
-		fmt.Fprintf(b.out, "[%8s] %6.0f ops/s (%d completed)  overhead p50 %s p99 %s  in flight %d  outbox unsent %d  unsettled %d  Go heap %s  RSS %s  goroutines %d\n",
-			time.Duration(iv.EndSeconds*float64(time.Second)).Round(time.Second), iv.OpsPerSec, iv.Completed, msStr(iv.OverheadP50), msStr(iv.OverheadP99),
-			iv.InFlight, iv.OutboxUnsent, iv.Unsettled, bytesIEC(iv.HeapLiveBytes), bytesIEC(iv.RSSBytes), iv.Goroutines)
-		printTables(b.out, "           ", iv.Tables)
+		iv.print(b.out)
 	}
+
+	// After the last arrival: the answers still to come.
+	drainStart := time.Now()
+	for {
+		mu.Lock()
+		n := len(pending)
+		mu.Unlock()
+		if n == 0 || time.Since(drainStart) > drainTimeout {
+			break
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	mu.Lock()
+	s.Lost = len(pending)
+	s.DrainAnswered, s.DrainSeconds = len(lat), time.Since(drainStart).Seconds()
+	mu.Unlock()
+	cancel()
+	<-loopDone
+	fmt.Fprintf(b.out, "after the last arrival: %d more answered in %s, %d not within %s (lost)\n",
+		s.DrainAnswered, time.Since(drainStart).Round(time.Millisecond), s.Lost, drainTimeout)
 	s.Verdict = verdict(s)
 	s.Verdict.print(b.out, s)
 	return nil
@@ -235,6 +250,25 @@ func (b *bench) steady(ctx context.Context) error {
 // predicate of its partial index of unsent rows, so the count reads only
 // that index, not the hour of published rows retention keeps; once it
 // deletes rows instead, it is every row.
+func (iv *steadyInterval) print(w io.Writer) {
+	lat := "no answer in this interval"
+	if iv.Completed > 0 {
+		lat = fmt.Sprintf("overhead p50 %s p99 %s", msStr(iv.OverheadP50), msStr(iv.OverheadP99))
+	}
+	fmt.Fprintf(w, "[%8s] %6.0f ops/s (%d completed)  %s  in flight %d (oldest %s)  outbox unsent %d  unsettled %d  Go heap %s  RSS %s  goroutines %d\n",
+		time.Duration(iv.EndSeconds*float64(time.Second)).Round(time.Second), iv.OpsPerSec, iv.Completed, lat, iv.InFlight,
+		time.Duration(iv.OldestUnansweredMs*float64(time.Millisecond)).Round(time.Millisecond), iv.OutboxUnsent, iv.Unsettled,
+		bytesIEC(iv.HeapLiveBytes), bytesIEC(iv.RSSBytes), iv.Goroutines)
+	printTables(w, "           ", iv.Tables)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 func (b *bench) outboxUnsentQuery(ctx context.Context) (string, error) {
 	var sent, parked bool
 	err := b.db.QueryRow(ctx, benchTag+`SELECT
@@ -293,7 +327,8 @@ const (
 	flatSmallSlack   = 8 << 20 // bytes a small table may grow
 	flatDeadSlack    = 0.10    // dead share may grow by this
 	flatDeadCeiling  = 0.20    // and may always be up to this
-	flatBacklogSlack = 0.25    // seconds of arrivals the backlog may grow by
+	flatBacklogRatio = 1.5
+	flatBacklogSlack = 0.25 // seconds of arrivals the backlog may grow by
 )
 
 func mkTrend(xs []float64, ratio, slack float64) trend {
@@ -307,13 +342,16 @@ func mkTrend(xs []float64, ratio, slack float64) trend {
 func verdict(s *steadyReport) steadyVerdict {
 	var p99, heap, rss, backlog []float64
 	for _, iv := range s.Intervals {
-		p99 = append(p99, iv.OverheadP99)
+		// An arrival still unanswered at the interval's end has waited at
+		// least its age: an interval whose answers stopped coming is not
+		// a fast one.
+		p99 = append(p99, math.Max(iv.OverheadP99, iv.OldestUnansweredMs))
 		heap = append(heap, float64(iv.HeapLiveBytes))
 		rss = append(rss, float64(iv.RSSBytes))
 		backlog = append(backlog, float64(iv.InFlight)+float64(iv.OutboxUnsent))
 	}
 	v := steadyVerdict{P99: mkTrend(p99, flatP99Ratio, flatP99SlackMs), HeapLive: mkTrend(heap, flatMemRatio, flatMemSlack),
-		RSS: mkTrend(rss, flatMemRatio, flatMemSlack), Backlog: mkTrend(backlog, 2, s.Rate*flatBacklogSlack)}
+		RSS: mkTrend(rss, flatMemRatio, flatMemSlack), Backlog: mkTrend(backlog, flatBacklogRatio, s.Rate*flatBacklogSlack)}
 	for _, f := range []struct {
 		name string
 		ok   bool
@@ -377,7 +415,7 @@ func (v *steadyVerdict) print(w io.Writer, s *steadyReport) {
 		return "GROWING"
 	}
 	fmt.Fprintf(w, "steady, last third of the intervals against the first (lost %d, failed %d):\n", s.Lost, s.Failed)
-	fmt.Fprintf(w, "  overhead p99 %s → %s: %s\n", msStr(v.P99.First), msStr(v.P99.Last), word(v.P99))
+	fmt.Fprintf(w, "  overhead p99 (or the oldest unanswered arrival's age, when greater) %s → %s: %s\n", msStr(v.P99.First), msStr(v.P99.Last), word(v.P99))
 	fmt.Fprintf(w, "  Go heap (live) %s → %s: %s; RSS %s → %s: %s\n", bytesIEC(int64(v.HeapLive.First)), bytesIEC(int64(v.HeapLive.Last)), word(v.HeapLive),
 		bytesIEC(int64(v.RSS.First)), bytesIEC(int64(v.RSS.Last)), word(v.RSS))
 	fmt.Fprintf(w, "  backlog (in flight + outbox unsent) %.0f → %.0f: %s\n", v.Backlog.First, v.Backlog.Last, word(v.Backlog))
