@@ -23,7 +23,9 @@ commands:
   dev       run Postgres (private cluster or DATABASE_URL), NATS JetStream
             (embedded or NATS_URL), the local vendors and all four services
   demo      run the 2:13 a.m. incident on embedded defaults and check the vendors
-  bench     measure intent→completed_success throughput and the latency opledger adds
+  bench     measure throughput (as a ratio to Postgres's commit rate), the latency opledger
+            adds and a duplicate's answer, beside an idempotency-key-table baseline;
+            -preload N builds a big ledger first, -duration D runs steady
   eval      run the fault-injection scenario matrix and print the KPIs (duplicates per
             10k, unknown outcomes, reconciliation time, false dedupes, added latency)
   migrate   apply the schema migrations and the grants (schema/grants.sql) to DATABASE_URL
