@@ -69,9 +69,11 @@ type Approval struct {
 }
 
 // Receipt is what an agent can show a person about an operation, and what
-// an operator can check against the ledger: Digest is the SHA-256 of the
-// fields in Text's order (see Line), so the same operation at the same
-// version always has the same digest.
+// an operator can check against the ledger: Digest is the SHA-256 of Line
+// (the operation, tool, status, version, key, arguments hash and vendor
+// id), so the same operation at the same version always has the same
+// digest, whoever reports it. At is shown but not digested: results carry
+// their writer's clock, the ledger its own.
 type Receipt struct {
 	OperationID      string `json:"operation_id"`
 	Tool             string `json:"tool"`
@@ -110,7 +112,7 @@ func NewReceipt(opID, tool, status string, version int64, key, argsHash, objectI
 // Line is what the digest covers: the spec and the fields, one per line.
 func (r *Receipt) Line() string {
 	return strings.Join([]string{"opledger.receipt.v1", r.OperationID, r.Tool, r.Status, fmt.Sprint(r.Version),
-		r.IdempotencyKey, r.ArgsHash, r.ExternalObjectID, r.At}, "\n")
+		r.IdempotencyKey, r.ArgsHash, r.ExternalObjectID}, "\n")
 }
 
 // fromClient builds a Result from the ledger's newest result and its answer.
@@ -124,6 +126,15 @@ func fromClient(r, ans client.Result, argsHash, verify string) *Result {
 		out.Decision = string(r.DedupeDecision)
 	}
 	out.Replayed = ans.DedupeDecision == op.DecisionDuplicateEvent || ans.DedupeDecision == op.DecisionDuplicateOperation
+	if ans.Earlier && ans.EventID != "" && out.OperationID != "" {
+		// The answer was there before this call: it answered an earlier
+		// send of the same event, and the ledger answers this one
+		// duplicate_event.
+		out.Replayed = true
+		if ans.DedupeDecision == op.DecisionNew || ans.DedupeDecision == op.DecisionReopened {
+			out.Decision = string(op.DecisionDuplicateEvent)
+		}
+	}
 	if !r.At.IsZero() {
 		out.At = r.At.UTC().Format(time.RFC3339Nano)
 	}
