@@ -16,6 +16,7 @@ package mcpserver
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,14 +90,19 @@ type Config struct {
 	// Describe, when set, gives a tool's description (the proxy: the
 	// upstream's when the registry has none).
 	Describe func(*registry.Tool) string
+	// StateKey signs the request state of approval elicitations (at least
+	// 32 bytes). Without it a random key is made: a restarted server then
+	// asks again rather than trust an answer it cannot verify.
+	StateKey []byte
 	Name     string
 	Version  string
 	Log      zerolog.Logger
 }
 
 type server struct {
-	cfg Config
-	mcp *mcp.Server
+	cfg      Config
+	mcp      *mcp.Server
+	stateKey []byte
 }
 
 // New builds the MCP server. Errors: no door, an invalid workflow.
@@ -117,7 +123,13 @@ func New(cfg Config) (*mcp.Server, error) {
 	if cfg.Version == "" {
 		cfg.Version = "v1"
 	}
-	s := &server{cfg: cfg}
+	s := &server{cfg: cfg, stateKey: cfg.StateKey}
+	if len(s.stateKey) == 0 {
+		s.stateKey = make([]byte, 32)
+		_, _ = rand.Read(s.stateKey) // crypto/rand.Read never fails
+	} else if len(s.stateKey) < 32 {
+		return nil, fmt.Errorf("mcpserver: the state key must be at least 32 bytes: %w", op.ErrInvalid)
+	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: cfg.Name, Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: instructions, Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}})
 	reg := cfg.Door.Registry()
@@ -304,7 +316,11 @@ func (s *server) call(t *registry.Tool) mcp.ToolHandler {
 		res := fromClient(sub.Result, sub.Answer, sub.ArgsHash, s.verify(sub.Result.OperationID))
 		res.WaitEnded = sub.WaitEnded
 		if op.State(res.Status) == op.StateAwaitingApproval && res.OperationID != "" {
-			res = s.approval(ctx, req, id, sub, res, progress)
+			var input *mcp.CallToolResult
+			if res, input = s.approval(ctx, req, id, sub, res, progress); input != nil {
+				log.Info().Str("event_id", sub.EventID).Str("operation_id", sub.Result.OperationID).Msg("mcp: approval asked for")
+				return input, nil
+			}
 		}
 		res.advise(s.cfg.Reader != nil, "call this tool again with the same arguments and the same tool-call id")
 		log.Info().Str("event_id", sub.EventID).Str("operation_id", res.OperationID).Str("status", res.Status).
@@ -379,65 +395,72 @@ func ElicitationID(opID, argsHash string) string {
 	return "opledger-approval-" + opID + "-" + argsHash
 }
 
-// approval asks for the approval a call needs, in the way the client and
-// the operator allow, and waits (within the call's wait) for the decision.
-// The agent cannot approve through any tool: a URL elicitation points a
-// person at the operators' API (their own token needed), and a form
-// confirmation is recorded by the operator's approver token only where
-// the operator configured one, as an actor other than the proposer.
+// inputApproval is the key of the approval in a call's input requests.
+const inputApproval = "opledger_approval"
+
+// approval handles a call whose operation awaits approval, the way MCP
+// defines asking a person for input: the result is input-required with an
+// elicitation (the SDK sends it as elicitation/create to clients of older
+// protocol versions) and a signed request state binding it to this call's
+// event, the operation and its arguments hash; the client answers by
+// calling again with the response and the state. Then, within the call's
+// wait, it waits for the decision.
+//
+// URL mode points a person at the operation in the operators' API, where
+// an approver decides with their own token: the link grants nothing. A
+// form confirmation is offered only where the operator configured
+// FormApprover: the user's "approve" is then recorded as that approver, an
+// actor other than the proposing agent (the ledger refuses a proposer's
+// vote). No tool approves anything. It returns either a result for the
+// agent or an input-required result.
 func (s *server) approval(ctx context.Context, req *mcp.CallToolRequest, id ids, sub agentcall.Submitted, res *Result,
-	progress func(client.Result)) *Result {
+	progress func(client.Result)) (*Result, *mcp.CallToolResult) {
 	opID := res.OperationID
 	a := &Approval{ElicitationID: ElicitationID(opID, sub.ArgsHash), ArgsHash: sub.ArgsHash, Elicited: "none"}
 	if s.cfg.APIURL != "" {
 		a.URL = s.cfg.APIURL + "/v1/operations/" + opID
 	}
 	res.Approval = a
-	var caps *mcp.ElicitationCapabilities
-	if ip := req.Session.InitializeParams(); ip != nil && ip.Capabilities != nil {
-		caps = ip.Capabilities.Elicitation
-	}
-	formOK := caps != nil && (caps.Form != nil || caps.URL == nil)
-	urlOK := caps != nil && caps.URL != nil
 	log := s.cfg.Log.With().Str("operation_id", opID).Str("elicitation_id", a.ElicitationID).Logger()
-	what := fmt.Sprintf("%s (operation %s, arguments sha256 %s…)", res.Tool, opID, sub.ArgsHash[:min(16, len(sub.ArgsHash))])
-	switch {
-	case s.cfg.FormApprover != nil && formOK:
-		a.Elicited = "form"
-		er, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Mode: "form",
-			Message: "Approve " + what + "? It needs a person's approval before it runs.",
-			RequestedSchema: map[string]any{"type": "object", "required": []string{"approve"}, "properties": map[string]any{
-				"approve": map[string]any{"type": "boolean", "title": "Approve", "description": "Run this call once, with exactly these arguments"}}}})
+
+	st, answered := s.answered(req, sub.EventID, opID, sub.ArgsHash)
+	if !answered {
+		params := s.elicitation(req, a, res.Tool, opID, sub.ArgsHash)
+		if params == nil {
+			return res, nil // the client cannot be asked: the link in the result
+		}
+		state, err := s.signState(approvalState{EventID: sub.EventID, OperationID: opID, ArgsHash: sub.ArgsHash, Mode: params.Mode,
+			Expires: time.Now().Add(stateTTL).Unix()})
 		if err != nil {
-			log.Warn().Err(err).Msg("mcp: form elicitation failed")
-			break
+			log.Error().Err(err).Msg("mcp: request state not signed")
+			return res, nil
 		}
-		if yes, _ := er.Content["approve"].(bool); er.Action == "accept" && yes {
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-			_, err := s.cfg.FormApprover.Approve(actx, opID, sub.ArgsHash, "confirmed by the user in the MCP client ("+a.ElicitationID+")")
-			cancel()
-			if err != nil {
-				log.Warn().Err(err).Msg("mcp: form approval not recorded")
-				res.Reason = "the confirmation could not be recorded: " + wire.Clip200(err.Error())
-				return res
-			}
-		} else {
+		return nil, &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{inputApproval: params}, RequestState: state}
+	}
+	er, _ := req.Params.InputResponses[inputApproval].(*mcp.ElicitResult)
+	a.Elicited = st.Mode
+	switch {
+	case er == nil || er.Action != "accept":
+		res.Reason = "the user did not go on in the client; the approval request stays open for an approver"
+		return res, nil
+	case st.Mode == "form":
+		if yes, _ := er.Content["approve"].(bool); !yes || s.cfg.FormApprover == nil {
 			res.Reason = "the user did not confirm in the client; the approval request stays open for an approver"
-			return res
+			return res, nil
 		}
-	case a.URL != "" && urlOK:
-		a.Elicited = "url"
-		if _, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Mode: "url", ElicitationID: a.ElicitationID, URL: a.URL,
-			Message: what + " needs a person's approval before it runs. An approver opens the link with their opledger token."}); err != nil {
-			log.Warn().Err(err).Msg("mcp: url elicitation failed")
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		_, err := s.cfg.FormApprover.Approve(actx, opID, sub.ArgsHash, "confirmed by the user in the MCP client ("+a.ElicitationID+")")
+		cancel()
+		if err != nil && !errors.Is(err, op.ErrConflict) { // a conflict: this confirmation was recorded before
+			log.Warn().Err(err).Msg("mcp: form approval not recorded")
+			res.Reason = "the confirmation could not be recorded: " + wire.Clip200(err.Error())
+			return res, nil
 		}
-	default:
-		return res
 	}
 	remaining := s.cfg.Door.Wait() - sub.Waited
 	if remaining <= 0 {
 		res.WaitEnded = true
-		return res
+		return res, nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, remaining)
 	defer cancel()
@@ -448,21 +471,57 @@ func (s *server) approval(ctx context.Context, req *mcp.CallToolRequest, id ids,
 		if progress != nil {
 			progress(r)
 		}
-		if r.Status != client.StatusAwaitingApproval && a.Elicited == "url" && !notified {
+		if r.Status != client.StatusAwaitingApproval && st.Mode == "url" && !notified {
 			notified = true
 			_ = req.Session.NotifyElicitationComplete(ctx, &mcp.ElicitationCompleteParams{ElicitationID: a.ElicitationID})
 		}
 	})
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) || cur.Version <= res.Version {
-		res.WaitEnded = ended || errors.Is(err, context.DeadlineExceeded)
-		return res
+	if (err != nil && !errors.Is(err, context.DeadlineExceeded)) || cur.Version <= res.Version {
+		res.WaitEnded = true
+		return res, nil
 	}
 	next := fromClient(cur, sub.Answer, sub.ArgsHash, s.verify(opID))
-	next.Approval, next.WaitEnded = a, ended
-	if next.Status == string(op.StateAwaitingApproval) {
-		next.Approval = a
+	next.WaitEnded = ended
+	next.Approval = a
+	return next, nil
+}
+
+// elicitation is what the client is asked, or nil when it cannot be asked
+// (no elicitation capability, or URL mode only and no API URL).
+func (s *server) elicitation(req *mcp.CallToolRequest, a *Approval, tool, opID, argsHash string) *mcp.ElicitParams {
+	var caps *mcp.ElicitationCapabilities
+	if ip := req.Session.InitializeParams(); ip != nil && ip.Capabilities != nil {
+		caps = ip.Capabilities.Elicitation
 	}
-	return next
+	if caps == nil {
+		return nil
+	}
+	what := fmt.Sprintf("%s (operation %s, arguments sha256 %s…)", tool, opID, argsHash[:min(16, len(argsHash))])
+	switch {
+	case s.cfg.FormApprover != nil && (caps.Form != nil || caps.URL == nil):
+		return &mcp.ElicitParams{Mode: "form", Message: "Approve " + what + "? It needs a person's approval before it runs.",
+			RequestedSchema: map[string]any{"type": "object", "required": []string{"approve"}, "properties": map[string]any{
+				"approve": map[string]any{"type": "boolean", "title": "Approve", "description": "Run this call once, with exactly these arguments"}}}}
+	case a.URL != "" && caps.URL != nil:
+		return &mcp.ElicitParams{Mode: "url", ElicitationID: a.ElicitationID, URL: a.URL,
+			Message: what + " needs a person's approval before it runs. An approver opens the link with their opledger token."}
+	}
+	return nil
+}
+
+// answered returns the verified state of the call's approval elicitation
+// when the call carries the client's answer to it.
+func (s *server) answered(req *mcp.CallToolRequest, eventID, opID, argsHash string) (approvalState, bool) {
+	if req.Params.RequestState == "" || req.Params.InputResponses[inputApproval] == nil {
+		return approvalState{}, false
+	}
+	st, err := s.verifyState(req.Params.RequestState)
+	if err != nil || st.EventID != eventID || st.OperationID != opID || st.ArgsHash != argsHash {
+		// Forged, from another call, from before a key change, or expired:
+		// ask again.
+		return approvalState{}, false
+	}
+	return st, true
 }
 
 // passthrough serves a proxy's read: validated by the registry, then sent

@@ -154,11 +154,18 @@ func (e *env) server(t *testing.T, workflow string, edit func(*mcpserver.Config)
 // connect is the SDK's own client on an in-memory transport to s.
 func connect(t *testing.T, s *mcp.Server, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
+	return connectVersion(t, s, opts, "")
+}
+
+// connectVersion is connect speaking protocol version v ("" the newest).
+func connectVersion(t *testing.T, s *mcp.Server, opts *mcp.ClientOptions, v string) *mcp.ClientSession {
+	t.Helper()
 	ct, st := mcp.NewInMemoryTransports()
 	ss, err := s.Connect(context.Background(), st, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ss.Close() })
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "v1"}, opts).Connect(context.Background(), ct, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "v1"}, opts).Connect(context.Background(), ct,
+		&mcp.ClientSessionOptions{ProtocolVersion: v})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cs.Close() })
 	return cs
