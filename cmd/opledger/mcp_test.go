@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/internal/api"
+	"github.com/opledger/opledger/internal/app"
+	"github.com/opledger/opledger/internal/ops"
+	"github.com/opledger/opledger/internal/testdb"
+)
+
+// TestMCPServeOverStdio runs `opledger mcp serve` as a process and talks
+// to it with the SDK's client over the command transport: the tools are
+// listed, a capture completes once, and get_operation reads it back.
+func TestMCPServeOverStdio(t *testing.T) {
+	t.Parallel()
+	tok, entry, err := api.GenerateToken("mcp-viewer", ops.RoleViewer)
+	require.NoError(t, err)
+	tokens, err := api.NewTokens([]api.TokenEntry{entry})
+	require.NoError(t, err)
+	d, err := app.StartStack(context.Background(), app.StackConfig{
+		Infra: app.InfraConfig{DatabaseURL: testdb.New(t), MemoryStreams: true}, HTTPAddr: "127.0.0.1:0", APITokens: tokens})
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+
+	cmd := exec.Command(os.Args[0], "mcp", "serve", "-nats", d.Infra.NATSURL, "-workflow", "wf_cli", "-api", d.HTTP.URL(), "-log", "error")
+	cmd.Env = append(os.Environ(), asMainEnv+"=1", "OPLEDGER_MCP_API_TOKEN="+tok)
+	cmd.Stderr = os.Stderr
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "cli-test", Version: "v1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	require.NoError(t, err)
+	defer cs.Close()
+
+	names := map[string]bool{}
+	for tool, err := range cs.Tools(ctx, nil) {
+		require.NoError(t, err)
+		names[tool.Name] = true
+	}
+	require.True(t, names["capture_payment"] && names["get_operation"] && names["list_operations"], "%v", names)
+
+	args := map[string]any{"order_id": "order_cli_1", "customer_id": "c", "amount_cents": 4900, "currency": "USD"}
+	meta := mcp.Meta{"dev.opledger/conversation_id": "conv_cli", "dev.opledger/tool_call_id": "call_1"}
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "capture_payment", Arguments: args, Meta: meta})
+	require.NoError(t, err)
+	raw, _ := json.Marshal(r.StructuredContent)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(raw, &got))
+	require.Equal(t, "completed_success", got["status"], "%s", raw)
+	r, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "capture_payment", Arguments: args, Meta: meta}) // a retry
+	require.NoError(t, err)
+	raw, _ = json.Marshal(r.StructuredContent)
+	var again map[string]any
+	require.NoError(t, json.Unmarshal(raw, &again))
+	require.Equal(t, got["operation_id"], again["operation_id"])
+	require.Equal(t, 1, d.Vendors.Stats().Captures)
+
+	r, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "get_operation", Arguments: map[string]any{"operation_id": got["operation_id"]}})
+	require.NoError(t, err)
+	require.False(t, r.IsError)
+}
