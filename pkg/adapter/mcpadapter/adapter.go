@@ -182,7 +182,9 @@ func (p *Pool) reset(server string, cs *mcp.ClientSession) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cs == cs {
-		_ = cs.Close()
+		// Closing waits for the upstream (a DELETE, a process exit): not
+		// on the caller's time.
+		go func() { _ = cs.Close() }()
 		c.cs, c.tools = nil, nil
 	}
 }
