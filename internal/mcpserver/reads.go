@@ -10,7 +10,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/opledger/opledger/internal/agentcall"
 	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/wire"
 )
@@ -28,9 +27,8 @@ type ListResult struct {
 }
 
 func (s *server) addReadTools() {
-	yes, no := true, false
+	no := false
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, DestructiveHint: &no, OpenWorldHint: &no}
-	_ = yes
 	s.mcp.AddTool(&mcp.Tool{Name: ToolGetOperation, Annotations: readOnly, OutputSchema: OutputSchema(),
 		Description: "The current state of an operation of this workflow, with its receipt: follow a call that was unknown_outcome, awaiting approval or still in progress.",
 		InputSchema: map[string]any{"type": "object", "additionalProperties": false, "required": []string{"operation_id"},
@@ -169,5 +167,3 @@ func opIDOK(s string) bool {
 	}
 	return true
 }
-
-var _ = agentcall.MaxCallIDLen

@@ -335,10 +335,8 @@ func (s *server) refused(tool, workflow string, err error) (*mcp.CallToolResult,
 	if !errors.As(err, &inv) {
 		return nil, err
 	}
-	rec, msg := op.Recommend(op.StateRejected)
 	res := &Result{Tool: tool, WorkflowID: workflow, Status: string(op.StateRejected), Final: true, Decision: string(op.DecisionRejected),
-		RetryRecommendation: string(rec), SafeUserMessage: "The request was not accepted and nothing was done.", Reason: inv.Reason}
-	_ = msg
+		RetryRecommendation: string(op.RecommendChangeArguments), SafeUserMessage: "The request was not accepted and nothing was done.", Reason: inv.Reason}
 	res.advise(false, "")
 	return render(res), nil
 }
