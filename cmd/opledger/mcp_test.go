@@ -1,14 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/api"
@@ -66,4 +72,50 @@ func TestMCPServeOverStdio(t *testing.T) {
 	r, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "get_operation", Arguments: map[string]any{"operation_id": got["operation_id"]}})
 	require.NoError(t, err)
 	require.False(t, r.IsError)
+}
+
+// TestMCPHTTPNeedsTokens: -http off loopback refuses to start without a
+// tokens file, and with one a request without a valid bearer token is
+// refused before any MCP is spoken; the token's actor is the session's.
+func TestMCPHTTPNeedsTokens(t *testing.T) {
+	t.Parallel()
+	srv := mcp.NewServer(&mcp.Implementation{Name: "t", Version: "v1"}, nil)
+	var out strings.Builder
+	err := serveMCPHTTP(context.Background(), srv, "0.0.0.0:0", "", &out, zerolog.Nop())
+	require.ErrorContains(t, err, "needs -http-tokens")
+
+	tok, entry, err := api.GenerateToken("agent-1", ops.RoleViewer)
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "tokens.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(entry.Line()+"\n"), 0o600))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- serveMCPHTTP(ctx, srv, "127.0.0.1:0", file, pw, zerolog.Nop()) }()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	require.NoError(t, err)
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	url := strings.TrimSpace(line[strings.Index(line, "http://"):])
+
+	resp, err := http.Post(url, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+
+	hc := &http.Client{Transport: bearer{tok}}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "v1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, nil)
+	require.NoError(t, err)
+	require.NoError(t, cs.Ping(ctx, nil))
+	require.NoError(t, cs.Close())
+	cancel()
+	require.NoError(t, <-done)
+}
+
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
 }
