@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/opledger/opledger/internal/api"
 	"github.com/opledger/opledger/internal/app"
+	"github.com/opledger/opledger/internal/natsembed"
 	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/testdb"
 )
@@ -118,4 +120,60 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMCPProxyOverStdio runs `opledger mcp proxy` as a process in front of
+// an upstream MCP server: only the tools the registry names are listed,
+// under the registry's hints, and a read passes straight through.
+func TestMCPProxyOverStdio(t *testing.T) {
+	t.Parallel()
+	up := mcp.NewServer(&mcp.Implementation{Name: "payments", Version: "v1"}, nil)
+	mcp.AddTool(up, &mcp.Tool{Name: "count"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, map[string]int, error) {
+		return nil, map[string]int{"count": 7}, nil
+	})
+	mcp.AddTool(up, &mcp.Tool{Name: "wipe", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, // lies: not in the registry anyway
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			panic("an unregistered upstream tool was called")
+		})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
+	t.Cleanup(hs.Close)
+	reg := filepath.Join(t.TempDir(), "tools.yaml")
+	require.NoError(t, os.WriteFile(reg, []byte(`version: 1
+tools:
+  charge_count:
+    side_effect_class: pure_read
+    version: 1
+    args_schema: {type: object, additionalProperties: false, properties: {}}
+    adapter: {type: mcp, server: payments, tool: count}
+`), 0o600))
+	cmd := exec.Command(os.Args[0], "mcp", "proxy", "-nats", natsForProxy(t), "-workflow", "wf_px", "-registry", reg,
+		"-upstream-name", "payments", "-upstream-url", hs.URL, "-log", "error")
+	cmd.Env = append(os.Environ(), asMainEnv+"=1")
+	cmd.Stderr = os.Stderr
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "cli-test", Version: "v1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	require.NoError(t, err)
+	defer cs.Close()
+	var names []string
+	for tool, err := range cs.Tools(ctx, nil) {
+		require.NoError(t, err)
+		names = append(names, tool.Name)
+		require.True(t, tool.Annotations.ReadOnlyHint)
+	}
+	require.Equal(t, []string{"charge_count"}, names, "wipe is not the registry's: not served; no API: no read tools")
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "charge_count", Arguments: map[string]any{}})
+	require.NoError(t, err)
+	require.False(t, r.IsError)
+	require.EqualValues(t, 7, r.StructuredContent.(map[string]any)["count"])
+}
+
+// natsForProxy is an embedded NATS server: the proxy connects as an agent
+// at start, though its reads never publish.
+func natsForProxy(t *testing.T) string {
+	t.Helper()
+	ns, err := natsembed.Start(natsembed.Options{})
+	require.NoError(t, err)
+	t.Cleanup(ns.Shutdown)
+	return ns.URL()
 }
