@@ -7,9 +7,12 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/opledger/opledger/internal/agentcall"
 	"github.com/opledger/opledger/internal/mcpserver"
+	"github.com/opledger/opledger/pkg/client"
 )
 
 // TestServer runs the SDK's own client against the MCP server in front of
@@ -135,5 +138,35 @@ func TestServer(t *testing.T) {
 		l, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: mcpserver.ToolListOperations, Arguments: map[string]any{"Limit": 5}})
 		require.NoError(t, err)
 		require.True(t, l.IsError, "argument names are exact")
+	})
+
+	t.Run("tenants are walls: the tenant comes from the configuration only", func(t *testing.T) {
+		acme, err := client.Connect(e.stack.Infra.NATSURL, "acme-door", client.Tenant("acme"))
+		require.NoError(t, err)
+		t.Cleanup(acme.Close)
+		door, err := agentcall.New(agentcall.Config{Client: acme, Tenant: "acme", Registry: e.catalog, Actor: agentActor})
+		require.NoError(t, err)
+		srv, err := mcpserver.New(mcpserver.Config{Door: door, Workflow: "wf_mcp", Reader: e.viewer, Log: zerolog.Nop()})
+		require.NoError(t, err)
+		ac := connect(t, srv, nil)
+		r, err := ac.CallTool(ctx, &mcp.CallToolParams{Name: "capture_payment", Arguments: capture("order_srv_1", 4900),
+			Meta: mcp.Meta{mcpserver.MetaConversationID: "conv_1", mcpserver.MetaToolCallID: "call_1", "dev.opledger/tenant": "default"}})
+		require.NoError(t, err)
+		res := structured[mcpserver.Result](t, r)
+		require.Equal(t, "completed_success", res.Status, res.Reason)
+		require.Equal(t, "new", res.Decision, "the same ids and key in another tenant are another operation")
+		require.Equal(t, "acme/"+captureKey("order_srv_1", 4900), res.IdempotencyKey)
+		o, err := e.stack.Services.Store.Operation(ctx, res.OperationID)
+		require.NoError(t, err)
+		require.Equal(t, "acme", o.Tenant)
+
+		g, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: mcpserver.ToolGetOperation, Arguments: map[string]any{"operation_id": res.OperationID}})
+		require.NoError(t, err)
+		require.True(t, g.IsError, "the default tenant's session does not see acme's operation in the same workflow")
+		l, err := ac.CallTool(ctx, &mcp.CallToolParams{Name: mcpserver.ToolListOperations, Arguments: map[string]any{"limit": 50}})
+		require.NoError(t, err)
+		for _, op := range structured[mcpserver.ListResult](t, l).Operations {
+			require.Contains(t, op.IdempotencyKey, "acme/", "acme's session lists acme's operations only")
+		}
 	})
 }
