@@ -183,6 +183,10 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	if err != nil {
 		return err
 	}
+	upstreams, err := MCPUpstreamsFromEnv(reg, cfg.Registry.LookupEnv)
+	if err != nil {
+		return err
+	}
 	// planner-ingest serves the operators' API; a bad tokens file stops it
 	// here, before it waits for anything.
 	var tokens *api.Tokens
@@ -204,7 +208,7 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	s, err := StartServices(ctx, ServicesConfig{
 		DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
 		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays, SetRoles: cfg.SetRoles,
-		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout,
+		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout, MCPUpstreams: upstreams,
 		Maintain: maintain.Config{OutboxRetention: cfg.OutboxRetention, RejectedRetention: cfg.RejectedRetention},
 		Metrics:  telemetry.NewMetrics(promReg), Log: base,
 	})

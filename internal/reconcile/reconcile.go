@@ -207,7 +207,7 @@ type verdict struct {
 
 func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operation, log zerolog.Logger) verdict {
 	looker, ok := s.adapters[o.Tool].(adapter.Looker)
-	if !ok || tool.Adapter.HTTP.Lookup == nil {
+	if !ok || !tool.Adapter.HasLookup() {
 		if o.Class.ResendAfterAmbiguity(tool.Adapter.VendorIdempotency) && o.State == op.StateUnknownOutcome {
 			// A read, or a write the vendor deduplicates by our key: sending
 			// it again under the same key cannot make a second effect.

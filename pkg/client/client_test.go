@@ -110,6 +110,9 @@ func TestSubmitSameEventIDAgain(t *testing.T) {
 
 	again, err := b.cl.Submit(b.ctx, in)
 	require.NoError(t, err)
+	require.False(t, first.Earlier)
+	require.True(t, again.Earlier, "read from before the resend: the resend itself started nothing")
+	again.Earlier = false
 	require.Equal(t, first.Result, again.Result, "the answer to the first publish")
 
 	// Without the header too the ledger sees the resend and answers
@@ -233,6 +236,8 @@ func TestSubmitRefusals(t *testing.T) {
 	require.False(t, ans.Accepted())
 	res, err := b.cl.SubmitAndWait(b.ctx, bad)
 	require.NoError(t, err)
+	require.True(t, res.Earlier, "the same refused event again: its answer was already there")
+	res.Earlier = false
 	require.Equal(t, ans.Result, res)
 
 	// The same key with other arguments: a conflict that names the operation

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/pkg/adapter/httpadapter"
+	"github.com/opledger/opledger/pkg/adapter/mcpadapter"
 	"github.com/opledger/opledger/pkg/canon"
 	"github.com/opledger/opledger/pkg/op"
 )
@@ -120,6 +121,23 @@ type fileAdapter struct {
 	RequestIDPointer  string            `yaml:"request_id_pointer"`
 	ReplayedHeader    string            `yaml:"replayed_header"`
 	Lookup            *fileLookup       `yaml:"lookup"`
+	// type mcp
+	Server              string      `yaml:"server"`
+	Tool                string      `yaml:"tool"`
+	IdempotencyArgument string      `yaml:"idempotency_argument"`
+	ErrorOutcome        string      `yaml:"error_outcome"`
+	Verify              *fileVerify `yaml:"verify"`
+}
+
+type fileVerify struct {
+	Tool              string         `yaml:"tool"`
+	Args              map[string]any `yaml:"args"`
+	FoundPointer      string         `yaml:"found_pointer"`
+	ExternalIDPointer string         `yaml:"external_id_pointer"`
+	StatusPointer     string         `yaml:"status_pointer"`
+	PendingValues     []string       `yaml:"pending_values"`
+	SucceededValues   []string       `yaml:"succeeded_values"`
+	FailedValues      []string       `yaml:"failed_values"`
 }
 
 type fileBody struct {
@@ -378,11 +396,25 @@ func (p *problems) adapter(t *Tool, fa *fileAdapter, args map[string]any, opts O
 		return
 	}
 	t.Adapter.Type = fa.Type
-	if fa.Type != "http" {
-		p.add("adapter.type", "must be http (the only adapter so far), got %q", fa.Type)
+	switch fa.Type {
+	case "http":
+		for field, set := range map[string]bool{"server": fa.Server != "", "tool": fa.Tool != "",
+			"idempotency_argument": fa.IdempotencyArgument != "", "error_outcome": fa.ErrorOutcome != "", "verify": fa.Verify != nil} {
+			if set {
+				p.add("adapter."+field, "is for adapter.type mcp only")
+			}
+		}
+	case "mcp":
+		p.mcpAdapter(t, fa, args)
+		return
+	default:
+		p.add("adapter.type", "must be http or mcp, got %q", fa.Type)
 		return
 	}
 	base := opts.vendorURL(fa.Vendor)
+	if base == "" && opts.Catalog {
+		base = catalogVendorURL
+	}
 	if fa.Vendor == "" {
 		p.add("adapter.vendor", "is required")
 	} else if base == "" {
@@ -405,6 +437,11 @@ func (p *problems) adapter(t *Tool, fa *fileAdapter, args map[string]any, opts O
 		FailedValues: fa.FailedValues, SucceededValues: fa.SucceededValues,
 		RequestIDHeader: fa.RequestIDHeader, RequestIDPointer: fa.RequestIDPointer, ReplayedHeader: fa.ReplayedHeader,
 		Secret: opts.Secret,
+	}
+	if opts.Catalog {
+		// A catalog never calls the vendor: its secrets stay where they are.
+		cfg.Secret = func(string) (string, bool) { return "catalog", true }
+		t.catalog = true
 	}
 	p.statusValues("adapter.", fa.StatusPointer, fa.PendingValues, fa.FailedValues, fa.SucceededValues)
 	if b := fa.Body; b != nil {
@@ -433,6 +470,54 @@ func (p *problems) adapter(t *Tool, fa *fileAdapter, args map[string]any, opts O
 	t.Adapter.HTTP = cfg
 	if base != "" {
 		p.checkAdapter(cfg, args)
+	}
+}
+
+// catalogVendorURL stands in for vendor base URLs in a catalog (Options.Catalog).
+const catalogVendorURL = "http://catalog.invalid"
+
+// mcpAdapter compiles adapter.type mcp: a tool of an upstream MCP server.
+func (p *problems) mcpAdapter(t *Tool, fa *fileAdapter, args map[string]any) {
+	for field, set := range map[string]bool{"vendor": fa.Vendor != "", "method": fa.Method != "", "path": fa.Path != "",
+		"body": fa.Body != nil, "headers": len(fa.Headers) > 0, "secret_headers": len(fa.SecretHeaders) > 0,
+		"idempotency_header": fa.IdempotencyHeader != "", "reference_header": fa.ReferenceHeader != "",
+		"status_outcomes": len(fa.StatusOutcomes) > 0, "status_pointer": fa.StatusPointer != "",
+		"pending_values": len(fa.PendingValues) > 0, "failed_values": len(fa.FailedValues) > 0,
+		"succeeded_values": len(fa.SucceededValues) > 0, "request_id_header": fa.RequestIDHeader != "",
+		"request_id_pointer": fa.RequestIDPointer != "", "replayed_header": fa.ReplayedHeader != "", "lookup": fa.Lookup != nil} {
+		if set {
+			p.add("adapter."+field, "is for adapter.type http only (an mcp tool answers through its result and adapter.verify)")
+		}
+	}
+	cfg := mcpadapter.Config{Server: fa.Server, Tool: fa.Tool, IdempotencyArgument: fa.IdempotencyArgument,
+		ErrorOutcome: op.Outcome(fa.ErrorOutcome), ExternalIDPointer: fa.ExternalIDPointer, Timeout: t.Timeout}
+	if cfg.Tool == "" {
+		cfg.Tool = t.Name
+	}
+	if v := fa.Verify; v != nil {
+		cfg.Verify = &mcpadapter.VerifyConfig{Tool: v.Tool, Args: v.Args, FoundPointer: v.FoundPointer,
+			ExternalIDPointer: v.ExternalIDPointer, StatusPointer: v.StatusPointer, PendingValues: v.PendingValues,
+			FailedValues: v.FailedValues, SucceededValues: v.SucceededValues}
+	}
+	fields, probs := mcpadapter.Check(cfg)
+	for _, err := range probs {
+		var ce *mcpadapter.ConfigError
+		if errors.As(err, &ce) {
+			p.add("adapter."+ce.Field, "%s", ce.Reason)
+		}
+	}
+	for _, f := range fields {
+		if !schemaHasField(args, f, "") {
+			p.add("adapter.verify.args", "placeholder {%s} is not a top-level property of args_schema", f)
+		}
+	}
+	t.Adapter.MCP = &cfg
+	t.Adapter.VendorIdempotency = fa.IdempotencyArgument != ""
+	switch {
+	case t.Class == op.ClassExternalIdempotent && fa.IdempotencyArgument == "":
+		p.add("adapter.idempotency_argument", "an external_idempotent tool must pass our key to an upstream that deduplicates by it")
+	case (t.Class == op.ClassExternalIrreversible || t.Class == op.ClassExternalNonIdempotent) && fa.Verify == nil:
+		p.add("adapter.verify", "a %s tool needs a verify call so ambiguous outcomes can be reconciled", t.Class)
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 
 	"github.com/opledger/opledger/pkg/adapter"
 	"github.com/opledger/opledger/pkg/adapter/httpadapter"
+	"github.com/opledger/opledger/pkg/adapter/mcpadapter"
 	"github.com/opledger/opledger/pkg/canon"
 	"github.com/opledger/opledger/pkg/op"
 )
@@ -69,6 +70,8 @@ type Tool struct {
 	Reconcile    ReconcileSchedule
 	Adapter      AdapterSpec
 	Compensation *Compensation
+	// catalog: loaded with Options.Catalog; its adapters are never built.
+	catalog bool
 }
 
 // RetryPolicy bounds retries of attempts confirmed not applied (429, connect
@@ -146,14 +149,34 @@ type DedupeWindow struct {
 
 // AdapterSpec selects and configures the adapter.
 type AdapterSpec struct {
-	// Type is "http", the generic HTTP adapter (the only one so far).
+	// Type is "http", the generic HTTP adapter, or "mcp", a tool of an
+	// upstream MCP server (MCP is then set).
 	Type string
 	// Vendor names the base URL the HTTP adapter's path is joined to.
 	Vendor string
 	HTTP   httpadapter.Config
+	// MCP configures an mcp adapter.
+	MCP *mcpadapter.Config
 	// VendorIdempotency says the vendor deduplicates by our key (so an
 	// ambiguous attempt may be re-sent under the same key).
 	VendorIdempotency bool
+}
+
+// HasLookup reports whether the vendor can be asked about an earlier call:
+// an HTTP lookup, or an MCP verify tool.
+func (s AdapterSpec) HasLookup() bool {
+	if s.Type == "mcp" {
+		return s.MCP != nil && s.MCP.Verify != nil
+	}
+	return s.HTTP.Lookup != nil
+}
+
+// Dependencies are what adapters need at run time.
+type Dependencies struct {
+	// HTTP carries the HTTP adapters' requests (nil: a default client).
+	HTTP *http.Client
+	// MCP holds the sessions to upstream MCP servers, for mcp adapters.
+	MCP *mcpadapter.Pool
 }
 
 // Compensation is the approved playbook for undoing an operation: another
@@ -167,25 +190,60 @@ type Compensation struct {
 }
 
 // NewAdapter builds the tool's adapter over client (nil: a default client).
+// An mcp tool needs NewAdapterWith.
 func (t *Tool) NewAdapter(client *http.Client) (adapter.Adapter, error) {
-	a, err := httpadapter.New(t.Adapter.HTTP, client)
+	return t.NewAdapterWith(Dependencies{HTTP: client})
+}
+
+// NewAdapterWith builds the tool's adapter over d. Errors: a registry
+// loaded as a catalog, an mcp tool whose upstream d.MCP does not know.
+func (t *Tool) NewAdapterWith(d Dependencies) (adapter.Adapter, error) {
+	if t.catalog {
+		return nil, fmt.Errorf("tool %s: adapter: the registry was loaded as a catalog (no vendors): %w", t.Name, op.ErrInvalid)
+	}
+	var a adapter.Adapter
+	var err error
+	if t.Adapter.Type == "mcp" {
+		a, err = mcpadapter.New(*t.Adapter.MCP, d.MCP)
+	} else {
+		a, err = httpadapter.New(t.Adapter.HTTP, d.HTTP)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tool %s: adapter: %w", t.Name, err)
 	}
 	return a, nil
 }
 
-// Adapters builds every tool's adapter, keyed by tool name.
+// Adapters builds every tool's adapter, keyed by tool name. A registry
+// with mcp tools needs AdaptersWith.
 func (r *Registry) Adapters(client *http.Client) (map[string]adapter.Adapter, error) {
+	return r.AdaptersWith(Dependencies{HTTP: client})
+}
+
+// AdaptersWith builds every tool's adapter over d, keyed by tool name.
+func (r *Registry) AdaptersWith(d Dependencies) (map[string]adapter.Adapter, error) {
 	out := make(map[string]adapter.Adapter, len(r.tools))
 	for name, t := range r.tools {
-		a, err := t.NewAdapter(client)
+		a, err := t.NewAdapterWith(d)
 		if err != nil {
 			return nil, err
 		}
 		out[name] = a
 	}
 	return out, nil
+}
+
+// MCPServers lists the upstream MCP servers the registry's mcp tools name,
+// sorted.
+func (r *Registry) MCPServers() []string {
+	var out []string
+	for _, name := range r.names {
+		if m := r.tools[name].Adapter.MCP; m != nil && !slices.Contains(out, m.Server) {
+			out = append(out, m.Server)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Names returns the tool names in sorted order.
@@ -265,6 +323,10 @@ type Options struct {
 	// makes any such reference a problem. Resolved values never appear in a
 	// Problem.
 	Secret func(name string) (string, bool)
+	// Catalog loads the registry to list its tools and prepare proposals
+	// only (an MCP server's tool listing): vendor base URLs and secrets are
+	// not needed, nothing is read for them, and adapters cannot be built.
+	Catalog bool
 }
 
 // vendorURL returns the base URL of a vendor, or "".
