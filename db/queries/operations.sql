@@ -70,6 +70,7 @@ WITH finished AS (
                                        ELSE operations.generation_attempt_base END,
         external_request_id = coalesce(nullif(@external_request_id::text, ''), operations.external_request_id),
         external_object_id  = coalesce(nullif(@external_object_id::text, ''), operations.external_object_id),
+        compensation_operation_id = coalesce(sqlc.narg('compensation_operation_id')::text, operations.compensation_operation_id),
         last_error_category = CASE WHEN @set_error::boolean THEN @error_category::text ELSE operations.last_error_category END,
         last_error          = CASE WHEN @set_error::boolean THEN @error::text ELSE operations.last_error END,
         updated_at          = coalesce(sqlc.narg('now')::timestamptz, now())
@@ -115,6 +116,7 @@ WITH changed AS (
                                        ELSE operations.generation_attempt_base END,
         external_request_id = coalesce(nullif(@external_request_id::text, ''), operations.external_request_id),
         external_object_id  = coalesce(nullif(@external_object_id::text, ''), operations.external_object_id),
+        compensation_operation_id = coalesce(sqlc.narg('compensation_operation_id')::text, operations.compensation_operation_id),
         last_error_category = CASE WHEN @set_error::boolean THEN @error_category::text ELSE operations.last_error_category END,
         last_error          = CASE WHEN @set_error::boolean THEN @error::text ELSE operations.last_error END,
         updated_at          = coalesce(sqlc.narg('now')::timestamptz, now())
@@ -180,3 +182,7 @@ LIMIT @max_rows;
 -- The database's clock (or the injected one): deadlines are compared on it,
 -- never on a host's clock.
 SELECT coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now;
+
+-- name: OperationCompensationCount :one
+-- How many compensations an operation has had (operations_compensates_idx).
+SELECT count(*)::bigint AS n FROM operations WHERE compensates_operation_id = @id;

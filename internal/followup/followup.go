@@ -185,6 +185,64 @@ func CompleteCompensation(ctx context.Context, tx *store.Tx, o *op.Operation) er
 	return err
 }
 
+// WithdrawCompensation returns the operation that comp compensates to the
+// state it was compensated from, in tx, when comp has just ended without
+// doing anything (denied, cancelled, its approval expired) and the
+// original still waits on it: completed_success (its effect stands),
+// failed_permanent, or escalated (a person still owns it). The event says
+// why, and the original's workflow gets a result. It may be compensated
+// again afterwards. Nothing happens for an operation that compensates
+// nothing, or whose original has moved on or waits on another compensation.
+func WithdrawCompensation(ctx context.Context, tx *store.Tx, comp *op.Operation, actor, why string) error {
+	if comp.CompensatesID == "" {
+		return nil
+	}
+	orig, err := tx.Operation(ctx, comp.CompensatesID)
+	if err != nil {
+		return err
+	}
+	if orig.State != op.StateCompensating || (orig.CompensationID != "" && orig.CompensationID != comp.ID) {
+		return nil
+	}
+	events, err := tx.Events(ctx, orig.ID)
+	if err != nil {
+		return err
+	}
+	var before op.State
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].Event == op.EventCompensate {
+			before = events[i].From
+			break
+		}
+	}
+	// The event that leads back names the state: succeed (the effect
+	// stands), fail_permanent, or escalate, which is also the answer for
+	// a history that says nothing (a person decides).
+	ev := op.EventEscalate
+	switch before {
+	case op.StateCompletedSuccess:
+		ev = op.EventSucceed
+	case op.StateFailedPermanent:
+		ev = op.EventFailPermanent
+	}
+	to, err := op.Transition(orig.State, ev)
+	if err != nil {
+		return err
+	}
+	reason := wire.Clip200(fmt.Sprintf("compensation %s ended without effect (%s); the operation is %s again and may be compensated again",
+		comp.ID, why, to))
+	tp := telemetry.FromTraceID(orig.TraceID)
+	_, err = tx.Transition(ctx, store.Change{OperationID: orig.ID, From: orig.State, LeaseEpoch: orig.LeaseEpoch,
+		Events: []op.Event{ev}, Actor: actor, Operation: orig,
+		Detail: map[string]string{"compensation_operation_id": comp.ID, "reason": reason},
+		Outbox: func(after *op.Operation) []store.Message {
+			r := wire.ResultFor(after, after.OriginEventID, op.DecisionNew)
+			r.Reason = reason
+			return []store.Message{outbox.Result(r, tp)}
+		}})
+	return err
+}
+
 // RetryDelay is the wait before attempt number attempt+1: exponential backoff
 // with jitter from the tool's policy, and never less than the vendor's
 // Retry-After.

@@ -50,6 +50,9 @@ func toOperation(r dbsqlc.Operation) *op.Operation {
 	if r.CompensatesOperationID != nil {
 		o.CompensatesID = *r.CompensatesOperationID
 	}
+	if r.CompensationOperationID != nil {
+		o.CompensationID = *r.CompensationOperationID
+	}
 	return o
 }
 
@@ -72,6 +75,9 @@ type Change struct {
 	Reopen            bool
 	ExternalRequestID string
 	ExternalObjectID  string
+	// CompensationID, when set, links the operation to its compensation
+	// (the original moving to compensating).
+	CompensationID string
 	// ErrorCategory and Error, when ErrorCategory is set, replace the
 	// operation's last error; a change that completes the operation clears them.
 	ErrorCategory string
@@ -129,6 +135,9 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 		ExternalRequestID: c.ExternalRequestID, ExternalObjectID: c.ExternalObjectID,
 		AttemptID: c.AttemptID, Actor: c.Actor, Now: r.now(),
 	}
+	if c.CompensationID != "" {
+		p.CompensationOperationID = &c.CompensationID
+	}
 	from := c.From
 	for i, ev := range c.Events {
 		to, err := op.Transition(from, ev)
@@ -184,7 +193,8 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 			Now: p.Now, Outcome: string(a.Outcome), AttemptErrorCategory: a.ErrorCategory, AttemptError: a.Error,
 			HttpStatus: int32(a.HTTPStatus), AttemptExternalRequestID: a.ExternalRequestID, AttemptExternalObjectID: a.ExternalObjectID,
 			FinishAttemptID: a.ID, ToState: p.ToState, Events: p.Events, BumpEpoch: p.BumpEpoch, Reopen: p.Reopen,
-			ExternalRequestID: p.ExternalRequestID, ExternalObjectID: p.ExternalObjectID, SetError: p.SetError,
+			ExternalRequestID: p.ExternalRequestID, ExternalObjectID: p.ExternalObjectID,
+			CompensationOperationID: p.CompensationOperationID, SetError: p.SetError,
 			ErrorCategory: p.ErrorCategory, Error: p.Error, ID: p.ID, FromState: p.FromState, LeaseEpoch: p.LeaseEpoch,
 			ReleaseLease: p.ReleaseLease, AttemptID: p.AttemptID, Actor: p.Actor, FromStates: p.FromStates, ToStates: p.ToStates,
 			Details: p.Details, Subjects: p.Subjects, MsgIds: p.MsgIds, Headers: p.Headers, Payloads: p.Payloads,
@@ -215,6 +225,9 @@ func applyChange(o *op.Operation, c Change, to op.State, now *time.Time) {
 	}
 	if c.ExternalObjectID != "" {
 		o.ExternalObjectID = c.ExternalObjectID
+	}
+	if c.CompensationID != "" {
+		o.CompensationID = c.CompensationID
 	}
 	switch {
 	case c.ErrorCategory != "":
@@ -379,6 +392,15 @@ func (r reads) Events(ctx context.Context, operationID string) ([]op.EventRecord
 		}
 	}
 	return out, nil
+}
+
+// CompensationCount returns how many compensations operation id has had.
+func (r reads) CompensationCount(ctx context.Context, id string) (int, error) {
+	n, err := r.q.OperationCompensationCount(ctx, &id)
+	if err != nil {
+		return 0, fmt.Errorf("compensations of %s: %w", id, translate(err))
+	}
+	return int(n), nil
 }
 
 // CountByState returns how many operations are in each state.
