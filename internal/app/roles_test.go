@@ -55,7 +55,8 @@ func TestRolesCanDoTheirJobs(t *testing.T) {
 	require.NoError(t, err)
 	defer cl.Close()
 	publish := func(wf, eventID, tool, args string) {
-		require.NoError(t, cl.Publish(ctx, wire.Intent{EventID: eventID, WorkflowID: wf, Tool: tool, Args: json.RawMessage(args)}, ""))
+		require.NoError(t, cl.Publish(ctx, wire.Intent{EventID: eventID, WorkflowID: wf, Tool: tool, Args: json.RawMessage(args),
+			Actor: &wire.Actor{Type: "agent", ID: "roles-agent"}}, ""))
 	}
 	waitFor := func(wf string, want op.State) *op.Operation {
 		t.Helper()
