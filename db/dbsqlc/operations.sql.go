@@ -758,26 +758,32 @@ WITH finished AS (
         last_error          = CASE WHEN $16::boolean THEN $18::text ELSE operations.last_error END,
         updated_at          = coalesce($1::timestamptz, now())
     WHERE operations.id = $19 AND operations.state = $20 AND operations.lease_epoch = $21
+      -- A holder of an entity lease writes only while the lease is still
+      -- its own and unexpired on the database's clock.
+      AND (NOT $22::boolean OR EXISTS (
+          SELECT 1 FROM entity_leases l
+          WHERE l.entity_type = operations.entity_type AND l.entity_id = operations.entity_id AND l.operation_id = operations.id
+            AND l.expires_at >= coalesce($1::timestamptz, now())))
     RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id
 ), released AS (
     -- An operation no longer in flight gives its entity's lease back.
-    DELETE FROM entity_leases WHERE operation_id = $19 AND $22::boolean AND EXISTS (SELECT 1 FROM changed)
+    DELETE FROM entity_leases WHERE operation_id = $19 AND $23::boolean AND EXISTS (SELECT 1 FROM changed)
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
     SELECT changed.id,
            (SELECT coalesce(max(oe.seq), 0) FROM operation_events oe WHERE oe.operation_id = changed.id) + e.ord,
-           e.event, e.from_state, e.to_state, changed.lease_epoch, $23, $24, e.detail, changed.updated_at
+           e.event, e.from_state, e.to_state, changed.lease_epoch, $24, $25, e.detail, changed.updated_at
     FROM changed,
-         (SELECT unnest($10::text[]) AS event, unnest($25::text[]) AS from_state,
-                 unnest($26::text[]) AS to_state, unnest($27::jsonb[]) AS detail,
+         (SELECT unnest($10::text[]) AS event, unnest($26::text[]) AS from_state,
+                 unnest($27::text[]) AS to_state, unnest($28::jsonb[]) AS detail,
                  generate_series(1, cardinality($10::text[])) AS ord) AS e
 ), queued AS (
     INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
     SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
            coalesce($1::timestamptz, now()) + make_interval(secs => m.delay_seconds)
-    FROM (SELECT unnest($28::text[]) AS subject, unnest($29::text[]) AS msg_id,
-                 unnest($30::jsonb[]) AS headers, unnest($31::bytea[]) AS payload,
-                 unnest($32::text[]) AS operation_id, unnest($33::float8[]) AS delay_seconds) AS m
+    FROM (SELECT unnest($29::text[]) AS subject, unnest($30::text[]) AS msg_id,
+                 unnest($31::jsonb[]) AS headers, unnest($32::bytea[]) AS payload,
+                 unnest($33::text[]) AS operation_id, unnest($34::float8[]) AS delay_seconds) AS m
     WHERE EXISTS (SELECT 1 FROM changed)
 )
 SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM changed
@@ -805,6 +811,7 @@ type OperationTransitionFinishingParams struct {
 	ID                       string
 	FromState                string
 	LeaseEpoch               int64
+	RequireLease             bool
 	ReleaseLease             bool
 	AttemptID                string
 	Actor                    string
@@ -864,6 +871,9 @@ type OperationTransitionFinishingRow struct {
 // and the outbox rows (the agent's result, the follow-up command) are
 // written only if the operation changed. A late or duplicate writer updates
 // no operation and learns why from OperationGet.
+// A dispatcher recording an attempt of a leased tool asks for require_lease:
+// the operation changes only if its entity's lease is still its own and
+// unexpired (the attempt row takes the answer all the same, as evidence).
 // OperationTransitionFinishing also finishes the writer's attempt: only the
 // roles that finish attempts (dispatcher, maintainer) may run it, so the
 // roles that never touch attempts run OperationTransition, which does not
@@ -891,6 +901,7 @@ func (q *Queries) OperationTransitionFinishing(ctx context.Context, arg Operatio
 		arg.ID,
 		arg.FromState,
 		arg.LeaseEpoch,
+		arg.RequireLease,
 		arg.ReleaseLease,
 		arg.AttemptID,
 		arg.Actor,

@@ -90,6 +90,11 @@ type Change struct {
 	// statement, whether or not the operation still matches From and
 	// LeaseEpoch: a fenced-off attempt keeps what the vendor answered.
 	Finish *op.Attempt
+	// RequireLease (with Finish) writes the change only while the
+	// operation still holds its entity's lease, unexpired on the database's
+	// clock: a holder whose lease expired (and another operation may have
+	// taken) is fenced off with ErrLeaseLost, its attempt keeping the answer.
+	RequireLease bool
 	// Outbox builds the messages written with the change (the agent's
 	// result, a follow-up command) from the operation as it will be after it;
 	// nothing is written if the operation does not change.
@@ -184,6 +189,9 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 		}
 	}
 	p.Subjects, p.MsgIds, p.Headers, p.Payloads, p.OperationIds, p.Delays = rows.columns()
+	if c.RequireLease && c.Finish == nil {
+		return nil, false, fmt.Errorf("operation %s: a change that requires the lease finishes an attempt: %w", c.OperationID, op.ErrInvalid)
+	}
 	var row dbsqlc.Operation
 	if a := c.Finish; a != nil {
 		// Only writers that finish an attempt name the attempts table: the
@@ -198,7 +206,7 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 			ErrorCategory: p.ErrorCategory, Error: p.Error, ID: p.ID, FromState: p.FromState, LeaseEpoch: p.LeaseEpoch,
 			ReleaseLease: p.ReleaseLease, AttemptID: p.AttemptID, Actor: p.Actor, FromStates: p.FromStates, ToStates: p.ToStates,
 			Details: p.Details, Subjects: p.Subjects, MsgIds: p.MsgIds, Headers: p.Headers, Payloads: p.Payloads,
-			OperationIds: p.OperationIds, Delays: p.Delays,
+			OperationIds: p.OperationIds, Delays: p.Delays, RequireLease: c.RequireLease,
 		})
 		row = dbsqlc.Operation(fr)
 	} else {
@@ -207,10 +215,22 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 		row = dbsqlc.Operation(tr)
 	}
 	if err != nil {
-		return nil, false, r.staleOr(ctx, c.OperationID, c.From, c.LeaseEpoch, err)
+		err = r.staleOr(ctx, c.OperationID, c.From, c.LeaseEpoch, err)
+		var stale *op.StaleError
+		if c.RequireLease && errors.As(err, &stale) && stale.GotState == c.From && stale.GotEpoch == c.LeaseEpoch {
+			// The operation is as the writer expected: what it lacks is
+			// its entity's lease.
+			return nil, false, fmt.Errorf("operation %s: %w", c.OperationID, ErrLeaseLost)
+		}
+		return nil, false, err
 	}
 	return toOperation(row), len(rows.msgIDs) > 0, nil
 }
+
+// ErrLeaseLost: a change that requires its operation's entity lease found
+// the lease expired on the database's clock, or taken by another operation.
+// Nothing but the attempt row changed.
+var ErrLeaseLost = errors.New("the entity's lease expired or was taken by another operation")
 
 // applyChange predicts the operation after c, the way OperationTransition
 // writes it, for the messages built before the statement runs.
