@@ -283,8 +283,8 @@ func record(ctx context.Context, st *store.Store, tool *registry.Tool, o *op.Ope
 	if err != nil {
 		return nil, err
 	}
-	c := plan.Change(o, att.Worker)
-	c.AttemptID, c.Finish, c.Detail = att.ID, &a, attemptDetail(res)
+	c := plan.Change(o, att.Worker, attemptDetail(res))
+	c.AttemptID, c.Finish = att.ID, &a
 	c.RequireLease = leased
 	c.ExternalRequestID, c.ExternalObjectID = res.ExternalRequestID, res.ExternalObjectID
 	return plan.Write(ctx, st, c)

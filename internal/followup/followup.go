@@ -62,6 +62,10 @@ type Plan struct {
 	Messages func(after *op.Operation) []store.Message
 	// To is the state the operation ends in.
 	To op.State
+	// Detail goes with the last event's row: for an escalation, the
+	// reason a person must act (the same as the agent's result says).
+	// Writers add their own keys to it.
+	Detail map[string]any
 }
 
 // Decide plans what follows oc for o (in o.State, at o.LeaseEpoch): for a
@@ -124,6 +128,10 @@ func Decide(tool *registry.Tool, o *op.Operation, oc Outcome, eventID string, tp
 		}
 	}
 	p.To = to
+	if to == op.StateEscalated {
+		// Whichever worker escalates, the event says why, not only a log line.
+		p.Detail = map[string]any{"reason": wire.Clip200(cmp.Or(oc.Reason, p.Error, o.LastError))}
+	}
 	p.Messages = func(after *op.Operation) []store.Message {
 		var msgs []store.Message
 		if command != nil {
@@ -137,10 +145,22 @@ func Decide(tool *registry.Tool, o *op.Operation, oc Outcome, eventID string, tp
 }
 
 // Change turns the plan into the store change that writes it, from o at its
-// lease epoch.
-func (p Plan) Change(o *op.Operation, actor string) store.Change {
-	return store.Change{OperationID: o.ID, From: o.State, LeaseEpoch: o.LeaseEpoch, Events: p.Events,
+// lease epoch, with extra (the writer's own detail: the attempt, the
+// verdict) added to the plan's detail for the last event's row.
+func (p Plan) Change(o *op.Operation, actor string, extra map[string]any) store.Change {
+	c := store.Change{OperationID: o.ID, From: o.State, LeaseEpoch: o.LeaseEpoch, Events: p.Events,
 		ErrorCategory: p.ErrorCategory, Error: p.Error, Actor: actor, Outbox: p.Messages, Operation: o}
+	if len(p.Detail)+len(extra) > 0 {
+		d := make(map[string]any, len(p.Detail)+len(extra))
+		for k, v := range extra {
+			d[k] = v
+		}
+		for k, v := range p.Detail {
+			d[k] = v
+		}
+		c.Detail = d
+	}
+	return c
 }
 
 // Write applies c (built by Change from p, with whatever the caller adds)

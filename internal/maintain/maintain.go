@@ -283,8 +283,8 @@ func (mt *Maintainer) fence(ctx context.Context, o *op.Operation, attemptID, why
 	if err != nil {
 		return false, err
 	}
-	c := plan.Change(o, mt.cfg.Name+"/sweeper")
-	c.BumpEpoch, c.Detail = true, map[string]string{"reason": why}
+	c := plan.Change(o, mt.cfg.Name+"/sweeper", map[string]any{"reason": why})
+	c.BumpEpoch = true
 	if attemptID != "" {
 		c.AttemptID = attemptID
 		c.Finish = &op.Attempt{ID: attemptID, Outcome: op.OutcomeUnknown, ErrorCategory: "swept", Error: why}

@@ -131,15 +131,23 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	}
 	sched := tool.Reconcile
 	overdue := sched.Deadline > 0 && now.Sub(o.UpdatedAt) >= sched.Deadline
-	last := int(d.Delivered) >= sched.MaxLookups || overdue
+	// last says which end of the schedule this lookup is ("" for none), for
+	// the reason of an escalation.
+	last := ""
+	switch {
+	case overdue:
+		last = fmt.Sprintf("past the tool's reconciliation deadline (%s)", sched.Deadline)
+	case int(d.Delivered) >= sched.MaxLookups:
+		last = fmt.Sprintf("after %d lookups (the tool's max_lookups)", d.Delivered)
+	}
 	v := s.verdict(ctx, tool, o, last, log)
 	if v.event == "" && overdue {
 		v = verdict{event: op.EventEscalate, metric: "escalated",
 			why: fmt.Sprintf("no verdict within the tool's reconciliation deadline (%s): a person must check", sched.Deadline)}
 	}
 	if v.err != nil {
-		if last {
-			v = verdict{event: op.EventEscalate, why: "the verdict could not be established: " + wire.Clip200(v.err.Error()), metric: "escalated"}
+		if last != "" {
+			v = verdict{event: op.EventEscalate, why: "the verdict could not be established: " + last + ": " + wire.Clip200(v.err.Error()), metric: "escalated"}
 		} else {
 			return bus.RetryIn(v.err, sched.Interval)
 		}
@@ -160,7 +168,7 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	}
 	failpoint.Hit(failpoint.ReconcileBeforeCommit)
 	err = s.write(ctx, tool, o, v, cmd.EventID, tp, log)
-	if err != nil && v.event != op.EventEscalate && (last || errors.Is(err, op.ErrInvalid)) {
+	if err != nil && v.event != op.EventEscalate && (last != "" || errors.Is(err, op.ErrInvalid)) {
 		// A verdict that cannot be written must not be retried forever.
 		v = verdict{event: op.EventEscalate, why: "the verdict could not be recorded: " + wire.Clip200(err.Error()), metric: "escalated"}
 		err = s.write(ctx, tool, o, v, cmd.EventID, tp, log)
@@ -182,7 +190,7 @@ type verdict struct {
 	mayHaveApplied bool
 }
 
-func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operation, last bool, log zerolog.Logger) verdict {
+func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operation, last string, log zerolog.Logger) verdict {
 	looker, ok := s.adapters[o.Tool].(adapter.Looker)
 	if !ok || tool.Adapter.HTTP.Lookup == nil {
 		if o.Class.ResendAfterAmbiguity(tool.Adapter.VendorIdempotency) && o.State == op.StateUnknownOutcome {
@@ -206,14 +214,14 @@ func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operat
 	}
 	switch {
 	case err != nil:
-		if last {
-			return verdict{event: op.EventEscalate, why: "lookups keep failing: " + wire.Clip200(err.Error()), metric: "escalated"}
+		if last != "" {
+			return verdict{event: op.EventEscalate, why: "lookups keep failing: " + last + ": " + wire.Clip200(err.Error()), metric: "escalated"}
 		}
 		log.Warn().Err(err).Msg("lookup failed; will look again")
 		return verdict{metric: "error"}
 	case lr.Found && lr.Outcome == op.OutcomeAcknowledged:
-		if last {
-			return verdict{event: op.EventEscalate, why: "the vendor still reports the effect as pending", metric: "escalated"}
+		if last != "" {
+			return verdict{event: op.EventEscalate, why: "the vendor still reports the effect as pending: " + last, metric: "escalated"}
 		}
 		return verdict{metric: "pending"}
 	case lr.Found && lr.Outcome == op.OutcomePermanent:
@@ -284,8 +292,8 @@ func (s *Service) write(ctx context.Context, tool *registry.Tool, o *op.Operatio
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	c := plan.Change(o, s.cfg.Name)
-	c.ExternalObjectID, c.Detail = v.extID, map[string]string{"verdict": v.why}
+	c := plan.Change(o, s.cfg.Name, map[string]any{"verdict": v.why})
+	c.ExternalObjectID = v.extID
 	cur, err := plan.Write(ctx, s.store, c)
 	var stale *op.StaleError
 	if errors.As(err, &stale) {
