@@ -317,6 +317,20 @@ func (s *Service) Compensate(ctx context.Context, a Actor, id, reason string) (*
 	return comp, err
 }
 
+// AuditRefused records a write refused before it reached the human loop
+// (a request the API could not read: a malformed body, an operation id no
+// operation can have, a malformed args hash), with the actor who sent it
+// and why it was refused. id is "" when the request named no valid
+// operation; detail says what it named instead.
+func (s *Service) AuditRefused(ctx context.Context, a Actor, action, id string, detail map[string]string, refusal error) error {
+	entry := store.AuditEntry{Actor: a.ID, Role: string(a.Role), Action: action, OperationID: id,
+		Outcome: wire.Clip200(refusal.Error())}
+	if detail != nil {
+		entry.Detail = detail
+	}
+	return s.st.Audit(context.WithoutCancel(ctx), entry)
+}
+
 // write runs one operator action: the role check, the reason, the change in
 // a transaction with its audit row. A refused action is audited too.
 func (s *Service) write(ctx context.Context, a Actor, need Role, action, id, reason string, detail map[string]string,
