@@ -146,6 +146,14 @@ func (a *API) Authenticated(route string, h http.Handler) http.Handler {
 	}))
 }
 
+// MountDocument registers only the API's OpenAPI document, GET
+// /v1/openapi.yaml, for a process that serves no API itself (dispatcher,
+// reconciler, compensator): every deployment hands out the document, and
+// it says which process serves the routes.
+func MountDocument(mux *http.ServeMux) {
+	mux.Handle("GET /v1/openapi.yaml", http.HandlerFunc(serveOpenAPI))
+}
+
 func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/yaml")
 	_, _ = w.Write(docs.OpenAPI)
