@@ -171,7 +171,10 @@ func (s *Service) trigger(ctx context.Context, o *op.Operation, log zerolog.Logg
 	if givenUp {
 		// The operator who gave up asked for the playbook: they may not
 		// approve it too.
-		proposer, reason = givenUpBy(ctx, s.store, o), "given up: "+o.LastError
+		if proposer, err = givenUpBy(ctx, s.store, o); err != nil {
+			return err
+		}
+		reason = "given up: " + o.LastError
 	}
 	comp, err := Request(ctx, s.store, s.reg, o.ID, proposer, wire.Clip200(reason))
 	switch {
@@ -213,18 +216,19 @@ func (s *Service) trigger(ctx context.Context, o *op.Operation, log zerolog.Logg
 	return nil
 }
 
-// givenUpBy is the actor of the event that gave o up, or Automatic.
-func givenUpBy(ctx context.Context, st *store.Store, o *op.Operation) string {
+// givenUpBy is the actor of the event that gave o up (Automatic if the
+// history names none).
+func givenUpBy(ctx context.Context, st *store.Store, o *op.Operation) (string, error) {
 	events, err := st.Events(ctx, o.ID)
 	if err != nil {
-		return Automatic
+		return "", err
 	}
 	for i := len(events) - 1; i >= 0; i-- {
 		if e := events[i]; e.Event == op.EventFailPermanent && e.From == op.StateEscalated && e.Actor != "" {
-			return e.Actor
+			return e.Actor, nil
 		}
 	}
-	return Automatic
+	return Automatic, nil
 }
 
 // Request starts the registry's compensation playbook for a completed (or

@@ -220,7 +220,9 @@ const (
 // Resolve settles an escalated operation with a person's evidence
 // (operator): applied → completed_success with the vendor's object id; not
 // applied → sent again under the same key, as a new generation with a fresh
-// retry budget; give up → failed_permanent, and the compensator follows.
+// retry budget; give up → failed_permanent, and the compensator runs the
+// tool's compensation playbook when it can (the event and the agent's
+// result say whether it will).
 func (s *Service) Resolve(ctx context.Context, a Actor, id string, v Verdict, objectID, reason string) (*op.Operation, error) {
 	detail := map[string]string{"verdict": string(v)}
 	if objectID != "" {
