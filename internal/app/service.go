@@ -164,8 +164,9 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 // RunService runs one service until ctx ends: it waits for Postgres and NATS
 // (retrying with backoff up to ConnectTimeout, each try logged), refuses a
 // database whose schema is not up to date unless Migrate is set, starts the
-// service and its outbox relays, and serves /metrics, /healthz and /readyz
-// (planner-ingest also the operators' API, behind cfg.APITokens).
+// service and its outbox relays, and serves /metrics, /healthz, /readyz and
+// the API's document /v1/openapi.yaml (planner-ingest also the operators'
+// API, behind cfg.APITokens).
 func RunService(ctx context.Context, cfg ServiceConfig) error {
 	if !slices.Contains(AllServices, cfg.Name) {
 		return fmt.Errorf("unknown service %q (have %v)", cfg.Name, AllServices)
@@ -216,7 +217,9 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 		return err
 	}
 	defer s.Stop()
-	hc := HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: s.Ready}
+	// Every service hands out the API's document; planner-ingest serves
+	// the API itself.
+	hc := HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: s.Ready, Routes: api.MountDocument}
 	if cfg.Name == PlannerIngest {
 		a, err := api.New(api.Config{Ops: ops.New(s.StoreFor(PartAPI), reg), Tokens: tokens, Registerer: promReg, Log: log})
 		if err != nil {

@@ -162,7 +162,7 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 			}
 			return bus.RetryIn(cause, wait)
 		}
-		v = verdict{event: op.EventEscalate, why: v.failure, metric: "escalated"}
+		v = verdict{event: op.EventEscalate, why: fmt.Sprintf("%s: after %d lookups (the tool's max_lookups)", v.failure, n.Failures), metric: "escalated"}
 	}
 	s.m.Reconciled(o.Tool, v.metric)
 	failpoint.Hit(failpoint.ReconcileBeforeCommit)
@@ -307,8 +307,8 @@ func (s *Service) write(ctx context.Context, tool *registry.Tool, o *op.Operatio
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	c := plan.Change(o, s.cfg.Name)
-	c.ExternalObjectID, c.Detail = v.extID, map[string]string{"verdict": v.why}
+	c := plan.Change(o, s.cfg.Name, map[string]any{"verdict": v.why})
+	c.ExternalObjectID = v.extID
 	cur, err := plan.Write(ctx, s.store, c)
 	var stale *op.StaleError
 	if errors.As(err, &stale) {

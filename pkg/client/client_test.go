@@ -254,8 +254,17 @@ func TestSubmitRefusals(t *testing.T) {
 	require.Equal(t, client.StatusRejected, res.Status)
 	require.Equal(t, held.OperationID, res.OperationID)
 
-	// Over the approval threshold: the wait ends where a person must act.
-	res, err = b.cl.SubmitAndWait(b.ctx, capture(wf, "conv_1:call_4", "order_4", 2000000))
+	// Over the approval threshold without saying who proposes it: refused,
+	// since nobody could be kept from approving their own call.
+	big := capture(wf, "conv_1:call_4", "order_4", 2000000)
+	res, err = b.cl.SubmitAndWait(b.ctx, big)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusRejected, res.Status)
+	require.Contains(t, res.Reason, "send actor")
+
+	// With its proposer: the wait ends where a person must act.
+	big.EventID, big.Actor = "conv_1:call_5", &wire.Actor{Type: "agent", ID: "support-bot"}
+	res, err = b.cl.SubmitAndWait(b.ctx, big)
 	require.NoError(t, err)
 	require.Equal(t, client.StatusAwaitingApproval, res.Status)
 	require.True(t, res.Status.NeedsPerson())

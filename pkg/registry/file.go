@@ -48,8 +48,9 @@ type fileTool struct {
 }
 
 type fileCompensation struct {
-	Tool string            `yaml:"tool"`
-	Args map[string]string `yaml:"args"`
+	Tool      string            `yaml:"tool"`
+	Args      map[string]string `yaml:"args"`
+	OnFailure bool              `yaml:"on_failure"`
 }
 
 type fileEntity struct {
@@ -71,10 +72,12 @@ type fileLease struct {
 }
 
 type fileApproval struct {
-	When              string `yaml:"when"`
-	Field             string `yaml:"field"`
-	Threshold         int64  `yaml:"threshold"`
-	ApprovalsRequired int    `yaml:"approvals_required"`
+	When  string `yaml:"when"`
+	Field string `yaml:"field"`
+	// Threshold and ApprovalsRequired are pointers so that a value written
+	// where nothing reads it (approval.when: never) can be refused.
+	Threshold         *int64 `yaml:"threshold"`
+	ApprovalsRequired *int   `yaml:"approvals_required"`
 	ExpiresAfter      string `yaml:"expires_after"`
 }
 
@@ -297,23 +300,57 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 		if l.Required && t.entityID == nil {
 			p.add("lease.required", "an entity lease needs entity.type and entity.id")
 		}
-		if l.TTL != "" && t.Lease.TTL < t.Timeout && !p.has("lease.ttl") {
+		switch {
+		case l.TTL != "" && !l.Required:
+			// Nothing reads a TTL of a lease that is never taken.
+			p.add("lease.ttl", "has no effect without lease.required: true: no lease is taken")
+		case l.TTL != "" && t.Lease.TTL < t.Timeout && !p.has("lease.ttl"):
 			p.add("lease.ttl", "must not be shorter than timeout (%s): a call must end while its lease holds", t.Timeout)
 		}
 	}
 
 	t.Approval = ApprovalRule{When: "never", Required: 1, ExpiresAfter: DefaultApprovalExpiry}
 	if a := ft.Approval; a != nil {
-		t.Approval = ApprovalRule{When: a.When, Field: a.Field, Threshold: a.Threshold, Required: max(a.ApprovalsRequired, 1),
+		t.Approval = ApprovalRule{When: a.When, Field: a.Field, Required: 1,
 			ExpiresAfter: p.duration("approval.expires_after", a.ExpiresAfter, DefaultApprovalExpiry)}
-		if a.ApprovalsRequired < 0 || a.ApprovalsRequired > 10 {
-			p.add("approval.approvals_required", "must be between 1 and 10, got %d", a.ApprovalsRequired)
+		if a.Threshold != nil {
+			t.Approval.Threshold = *a.Threshold
+		}
+		if n := a.ApprovalsRequired; n != nil {
+			t.Approval.Required = max(*n, 1)
+			if *n < 1 || *n > 10 {
+				p.add("approval.approvals_required", "must be between 1 and 10, got %d", *n)
+			}
 		}
 		if t.Approval.ExpiresAfter == 0 && !p.has("approval.expires_after") {
 			p.add("approval.expires_after", "must be a positive duration")
 		}
+		// A setting nothing reads is refused rather than ignored: the
+		// operator meant something by it.
+		unused := func(field, when string) {
+			p.add(field, "has no effect with approval.when: %s", when)
+		}
 		switch a.When {
-		case "never", "always":
+		case "never":
+			if a.Field != "" {
+				unused("approval.field", "never")
+			}
+			if a.Threshold != nil {
+				unused("approval.threshold", "never")
+			}
+			if a.ApprovalsRequired != nil {
+				unused("approval.approvals_required", "never")
+			}
+			if a.ExpiresAfter != "" {
+				unused("approval.expires_after", "never")
+			}
+		case "always":
+			if a.Field != "" {
+				unused("approval.field", "always")
+			}
+			if a.Threshold != nil {
+				unused("approval.threshold", "always")
+			}
 		case "above":
 			if a.Field == "" {
 				p.add("approval.field", "is required when approval.when is above")
@@ -368,7 +405,7 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 				}
 			}
 		}
-		t.Compensation = &Compensation{Tool: c.Tool, Args: c.Args}
+		t.Compensation = &Compensation{Tool: c.Tool, Args: c.Args, OnFailure: c.OnFailure}
 	}
 	p.identity(t, ft)
 	p.applyBound(t, ft)
@@ -808,6 +845,12 @@ func (p *problems) reconcile(t *Tool, ft *fileTool) {
 	r := ft.Reconcile
 	if r == nil {
 		return
+	}
+	if ft.Adapter != nil && ft.Adapter.Lookup == nil {
+		// The schedule spaces and bounds lookups; without a lookup the
+		// reconciler decides at once (sends again under the same key when
+		// the vendor deduplicates by it, else escalates) and reads none of it.
+		p.add("reconcile", "has no effect without adapter.lookup: the reconciler has nothing to ask the vendor, so it decides at once")
 	}
 	if r.MaxLookups != 0 {
 		if r.MaxLookups < 1 || r.MaxLookups > 1000 {

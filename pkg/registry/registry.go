@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -187,6 +188,12 @@ type Compensation struct {
 	// operation: {field} of its top-level args, {external_object_id},
 	// {external_request_id}, {operation_id}.
 	Args map[string]string
+	// OnFailure runs the playbook by itself when an operation of the tool
+	// fails permanently after it may have reached the vendor (not when
+	// every attempt was refused before any effect: nothing was done). An
+	// operator's "give up" on an escalated operation runs it whatever this
+	// says.
+	OnFailure bool
 }
 
 // NewAdapter builds the tool's adapter over client (nil: a default client).
@@ -460,6 +467,7 @@ func LoadSources(srcs []Source, opts Options) (*Registry, error) {
 		}
 	}
 	probs = append(probs, compensationProblems(tools)...)
+	probs = append(probs, guardProblems(tools)...)
 	if len(probs) > 0 {
 		sort.SliceStable(probs, func(i, j int) bool {
 			a, b := probs[i], probs[j]
@@ -517,6 +525,36 @@ func compensationProblems(tools map[string]sourceTool) []Problem {
 	return probs
 }
 
+// guardProblems checks the guards' limits across tools: a total_at_most
+// limit names a tool of the registry and one of its integer arguments, or
+// every call of the guarded tool would be refused.
+func guardProblems(tools map[string]sourceTool) []Problem {
+	var probs []Problem
+	for name, f := range tools {
+		if f.ft == nil {
+			continue
+		}
+		for i, g := range f.ft.Guards {
+			if g.Kind != GuardTotalAtMost || g.Limit == nil || g.Limit.Tool == "" || g.Limit.Field == "" {
+				continue // compile reports what is missing
+			}
+			field := fmt.Sprintf("guards.%d.limit", i)
+			target, ok := tools[g.Limit.Tool]
+			switch {
+			case !ok:
+				probs = append(probs, Problem{File: f.file, Line: fieldLine(f.node, field+".tool"), Tool: name, Field: field + ".tool",
+					Msg: fmt.Sprintf("names unregistered tool %q", g.Limit.Tool)})
+			case target.ft == nil || target.ft.ArgsSchema == nil:
+				// its own problem says why
+			case !schemaHasField(target.ft.ArgsSchema, g.Limit.Field, "integer"):
+				probs = append(probs, Problem{File: f.file, Line: fieldLine(f.node, field+".field"), Tool: name, Field: field + ".field",
+					Msg: fmt.Sprintf("must name an integer argument of tool %s, %q is not one", g.Limit.Tool, g.Limit.Field)})
+			}
+		}
+	}
+	return probs
+}
+
 // shadowed reports whether field is one of fields or inside one ("" is the
 // whole tool).
 func shadowed(field string, fields []string) bool {
@@ -537,6 +575,16 @@ func fieldLine(tn toolNode, field string) int {
 		return line
 	}
 	for _, seg := range strings.Split(field, ".") {
+		if n != nil && n.Kind == yaml.SequenceNode {
+			// guards.1.limit: an element of a list
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(n.Content) {
+				break
+			}
+			n = resolve(n.Content[i])
+			line = n.Line
+			continue
+		}
 		if n == nil || n.Kind != yaml.MappingNode {
 			break
 		}
