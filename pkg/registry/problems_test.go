@@ -252,7 +252,7 @@ func TestProblemsNameTheirFile(t *testing.T) {
 	require.Equal(t, a, le.Problems[0].File)
 	require.Equal(t, 8, le.Problems[0].Line)
 
-	_, err = registry.LoadFile(a, vendors)
+	_, err = registry.LoadPaths([]string{a}, vendors)
 	require.ErrorContains(t, err, a+`:8: tool read_thing: retry.max_attempts: must be an integer, got "lots"`, "one named file is named too")
 }
 
