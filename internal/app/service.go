@@ -20,6 +20,7 @@ import (
 
 	"github.com/opledger/opledger/internal/api"
 	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/failpoint"
 	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/schema"
@@ -59,6 +60,10 @@ type ServiceConfig struct {
 
 	// NATSAuth holds the NATS credentials and TLS settings (NATSAuthFlags).
 	NATSAuth bus.Auth
+
+	// Failpoints arms crash-test kill points (failpoint.Arm; the value of
+	// OPLEDGER_FAILPOINTS). Empty in production.
+	Failpoints string
 }
 
 // ParseServiceFlags reads a service binary's configuration from its command
@@ -144,6 +149,7 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	}
 	cfg.NATSAuth = *natsAuth
 	cfg.Registry = RegistryConfig{Paths: registries, LookupEnv: lookupEnv}
+	cfg.Failpoints = env(failpoint.EnvVar, "")
 	return cfg, nil
 }
 
@@ -165,6 +171,9 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 		return err
 	}
 	log := base.With().Str("service", cfg.Name).Str("instance", cfg.Instance).Logger()
+	if err := failpoint.Arm(cfg.Failpoints); err != nil {
+		return err
+	}
 	reg, err := LoadRegistry(cfg.Registry)
 	if err != nil {
 		return err
