@@ -209,6 +209,9 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 	} else {
 		t.schema, t.ArgsSchema = s, raw
 	}
+	if ft.ArgsSchema != nil {
+		p.schemaKeywordProblems(ft.ArgsSchema)
+	}
 
 	// Idempotency key template.
 	if ft.KeyTemplate == "" {
@@ -752,7 +755,7 @@ func (p *problems) applyBound(t *Tool, ft *fileTool) {
 		return
 	}
 	t.ApplyBound = p.duration("apply_bound", ft.ApplyBound, DefaultApplyBound)
-	if ft.ApplyBound != "" && t.ApplyBound < t.Timeout && !p.has("apply_bound") {
+	if ft.ApplyBound != "" && t.ApplyBound < t.Timeout && !p.has("apply_bound") && !p.has("timeout") {
 		p.add("apply_bound", "must not be shorter than timeout (%s): a request may be applied as long as it may be in flight", t.Timeout)
 	}
 }
