@@ -39,6 +39,8 @@ The human loop, as a client of the operators' HTTP API (docs/openapi.yaml):
                             settle an escalated operation with your evidence
   cancel ID -reason R       withdraw an operation that was not sent
   compensate ID -reason R   run the tool's compensation playbook (a new operation)
+  parked [-limit N]         outbox messages NATS refused until they were parked
+  requeue ID -reason R      publish a parked message again (its outbox row id)
 
 Every command takes -api URL (default $OPLEDGER_API_URL, else http://127.0.0.1:8480),
 -token (default $OPLEDGER_API_TOKEN; prefer the variable: flags show in process lists),
@@ -60,6 +62,7 @@ func runOps(ctx context.Context, args []string, env func(string) (string, bool),
 	cmds := map[string]func(context.Context, *opsCmd, []string) error{
 		"list": opsList, "show": opsShow, "approve": opsApprove, "deny": opsDeny,
 		"resolve": opsResolve, "cancel": opsCancel, "compensate": opsCompensate,
+		"parked": opsParked, "requeue": opsRequeue,
 	}
 	fn, ok := cmds[args[0]]
 	if !ok {
@@ -101,7 +104,7 @@ func (c *opsCmd) parse(args []string, want int) (string, error) {
 	id := ""
 	if want == 1 {
 		if c.fs.NArg() == 0 {
-			fmt.Fprintf(c.stderr, "opledger ops %s: the operation id is missing\n", c.name)
+			fmt.Fprintf(c.stderr, "opledger ops %s: the id is missing\n", c.name)
 			return "", errUsage
 		}
 		id = c.fs.Arg(0)

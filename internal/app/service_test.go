@@ -140,10 +140,12 @@ func TestServiceAnswersWhileWaitingForDependencies(t *testing.T) {
 }
 
 // Each service binary shows and takes only its own flags: -instances is the
-// dispatcher's, -api-tokens planner-ingest's.
+// dispatcher's, -api-tokens planner-ingest's, the retention periods the
+// reconciler's (its process campaigns for the maintenance leadership).
 func TestServiceFlagsAreEachBinarysOwn(t *testing.T) {
 	t.Parallel()
-	own := map[string][]string{app.Dispatcher: {"-instances"}, app.PlannerIngest: {"-api-tokens"}}
+	own := map[string][]string{app.Dispatcher: {"-instances"}, app.PlannerIngest: {"-api-tokens"},
+		app.Reconciler: {"-outbox-retention", "-rejected-retention"}}
 	for _, name := range app.AllServices {
 		var usage strings.Builder
 		_, err := app.ParseServiceFlags(name, []string{"-h"}, env(nil), &usage)
@@ -231,7 +233,7 @@ func TestServiceReadiness(t *testing.T) {
 		}
 	}
 	require.False(t, nats.OK)
-	for _, conn := range []string{"/setup: ", "/dispatcher: ", "/relay-1: "} {
+	for _, conn := range []string{"/setup: ", "/dispatcher: ", "/relay-1"} {
 		require.Contains(t, nats.Detail, conn, "each connection that is down is named, not only the first")
 	}
 
