@@ -63,6 +63,34 @@ func TestPlannerIngestServesTheAPI(t *testing.T) {
 			done <- app.RunService(ctx, cfg)
 		}()
 		t.Cleanup(func() { cancel(); <-stopped })
+		// The HTTP address answers from the first moment (503 while the
+		// service starts): wait until it is ready, or has given up.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			select {
+			case <-stopped:
+				return "http://" + addr, done
+			default:
+			}
+			// /readyz needs a token; without tokens nothing does but
+			// /healthz, and the API says so once it is mounted.
+			path, auth := "/readyz", "Bearer "+token
+			if tokens == "" {
+				path = "/v1/operations"
+			}
+			req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+			req.Header.Set("Authorization", auth)
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK || (tokens == "" && strings.Contains(string(b), "no API tokens configured")) {
+					break
+				}
+			}
+			require.True(t, time.Now().Before(deadline), "%s never became ready", service)
+			time.Sleep(50 * time.Millisecond)
+		}
 		return "http://" + addr, done
 	}
 	get := func(base, path, token string) (int, string) {

@@ -62,66 +62,74 @@ func clipText(s string, n int) string {
 	return s
 }
 
-// Secrets is implemented by adapters that send credentials: the values a
-// vendor's answer must never be kept with (Scrub).
-type Secrets interface {
-	Secrets() []string
-}
+// CategoryCredentialEcho: the vendor answered with one of the credentials
+// the adapter sent (a secret header echoed into a request id, say). The
+// value is never stored; a positive answer whose object id held it is
+// malformed (OutcomeUnknown).
+const CategoryCredentialEcho = "credential_echo"
 
-// minSecret is the shortest secret Scrub looks for: shorter ones would match
-// ordinary text.
-const minSecret = 4
+// minSecretMatch is the shortest secret looked for inside a vendor value;
+// a shorter one (unusual for a credential) counts only as the whole value,
+// so that a two-letter secret does not blank every identifier holding it.
+const minSecretMatch = 8
 
-// Scrub keeps what a vendor sent from carrying a secret of the call (a
-// credential the adapter sent, a sensitive argument): a vendor that echoes
-// one must not have it stored, logged or published to the agent. A request
-// id holding one is dropped; an object id holding one is dropped too, and a
-// positive answer then becomes malformed (OutcomeUnknown, as for an
-// unreadable id: the effect may have happened); a secret in an error text
-// or category is masked.
-func Scrub(res Result, secrets []string) Result {
-	holds := func(s string) bool {
-		for _, sec := range secrets {
-			if len(sec) >= minSecret && strings.Contains(s, sec) {
-				return true
-			}
-		}
+// HoldsSecret reports whether v contains one of secrets, the credential
+// values an adapter sends (see Redact).
+func HoldsSecret(v string, secrets []string) bool {
+	if v == "" {
 		return false
 	}
-	if holds(res.ExternalRequestID) {
-		res.ExternalRequestID = ""
-	}
-	if holds(res.ExternalObjectID) {
-		res.ExternalObjectID = ""
-		switch res.Outcome {
-		case op.OutcomeSuccess, op.OutcomeNoop, op.OutcomeAcknowledged:
-			res.Outcome, res.ErrorCategory = op.OutcomeUnknown, CategoryMalformedResponse
-			res.Error = "the vendor answered with an identifier that holds a secret of the call; it is not kept"
+	for _, s := range secrets {
+		switch {
+		case s == "":
+		case len(s) >= minSecretMatch && strings.Contains(v, s), v == s:
+			return true
 		}
 	}
-	res.Error, res.ErrorCategory = mask(res.Error, secrets), mask(res.ErrorCategory, secrets)
-	return res
+	return false
 }
 
-// ScrubLookup is Scrub for a lookup's answer: ok is false when the found
-// record's id holds a secret of the call, which is then no evidence.
-func ScrubLookup(lr LookupResult, secrets []string) (LookupResult, bool) {
+// RedactText replaces every secret inside s with "[redacted]".
+func RedactText(s string, secrets []string) string {
 	for _, sec := range secrets {
-		if len(sec) >= minSecret && strings.Contains(lr.ExternalObjectID, sec) {
-			return LookupResult{HTTPStatus: lr.HTTPStatus}, false
-		}
-	}
-	return lr, true
-}
-
-// ScrubText masks every secret in s.
-func ScrubText(s string, secrets []string) string { return mask(s, secrets) }
-
-func mask(s string, secrets []string) string {
-	for _, sec := range secrets {
-		if len(sec) >= minSecret {
-			s = strings.ReplaceAll(s, sec, "***")
+		if len(sec) >= minSecretMatch {
+			s = strings.ReplaceAll(s, sec, "[redacted]")
+		} else if sec != "" && s == sec {
+			return "[redacted]"
 		}
 	}
 	return s
+}
+
+// Redact keeps the adapter's own credentials out of what a vendor sent
+// back, before anything stores, logs or publishes it: a request id holding
+// a secret is dropped; an object id holding one is dropped too and makes a
+// positive answer malformed (OutcomeUnknown: the effect may have happened,
+// and a lookup settles it); a secret inside an error text is replaced by
+// "[redacted]". secrets are the values the adapter sends in its secret
+// headers (each secret, and each header's whole value).
+func Redact(res Result, secrets []string) Result {
+	if len(secrets) == 0 {
+		return res
+	}
+	if HoldsSecret(res.ExternalRequestID, secrets) {
+		res.ExternalRequestID = ""
+	}
+	if HoldsSecret(res.ExternalObjectID, secrets) {
+		res.ExternalObjectID = ""
+		switch res.Outcome {
+		case op.OutcomeSuccess, op.OutcomeNoop, op.OutcomeAcknowledged:
+			res.Outcome, res.ErrorCategory = op.OutcomeUnknown, CategoryCredentialEcho
+			res.Error = "the vendor answered with an object id that holds one of this tool's credentials; it is not stored"
+		}
+	}
+	res.Error = RedactText(res.Error, secrets)
+	return res
+}
+
+// Secrets is implemented by adapters that send credentials: the values a
+// vendor's answer must never be kept with (Redact). A worker adds the
+// call's sensitive arguments to them (registry.Tool.CallSecrets).
+type Secrets interface {
+	Secrets() []string
 }

@@ -9,32 +9,26 @@ import (
 	"github.com/opledger/opledger/pkg/op"
 )
 
-// A vendor that echoes a secret of the call (its credential, a sensitive
-// argument) in what opledger keeps of its answer does not get it kept: a
-// request id holding one is dropped, an object id holding one is dropped
-// and makes a positive answer malformed, and error texts are masked.
-// Breaking it: Scrub missing from the dispatcher (the canary test in
-// cmd/opledger then finds the secret in results and the API).
-func TestScrub(t *testing.T) {
+// What a worker checks a vendor's answer against is the adapter's
+// credentials and the call's sensitive arguments (registry's CallSecrets):
+// a request id holding a sensitive value is dropped, an object id holding
+// one is dropped and makes a positive answer unknown, and error texts are
+// masked. Breaking it: the dispatcher redacting only the adapter's own
+// credentials (the canary test in cmd/opledger then finds the card token
+// in results and the API).
+func TestRedactSensitiveValues(t *testing.T) {
 	t.Parallel()
-	const secret = "CANARY-not-a-secret-7f3a"
-	secrets := []string{"Bearer " + secret, secret, "ab"}
-	res := adapter.Scrub(adapter.Result{Outcome: op.OutcomeSuccess, ExternalRequestID: "Bearer " + secret, ExternalObjectID: "ch_1",
-		Error: "x " + secret, ErrorCategory: secret}, secrets)
+	const token = "CANARY-not-a-secret-7f3a"
+	secrets := []string{"Bearer sk_test_x", token}
+	res := adapter.Redact(adapter.Result{Outcome: op.OutcomeSuccess, ExternalRequestID: "req_" + token, ExternalObjectID: "ch_1",
+		Error: "x " + token}, secrets)
 	require.Equal(t, op.OutcomeSuccess, res.Outcome)
 	require.Empty(t, res.ExternalRequestID)
 	require.Equal(t, "ch_1", res.ExternalObjectID)
-	require.NotContains(t, res.Error+res.ErrorCategory, secret)
+	require.NotContains(t, res.Error, token)
 
-	res = adapter.Scrub(adapter.Result{Outcome: op.OutcomeSuccess, ExternalObjectID: "ch_" + secret}, secrets)
+	res = adapter.Redact(adapter.Result{Outcome: op.OutcomeSuccess, ExternalObjectID: "ch_" + token}, secrets)
 	require.Equal(t, op.OutcomeUnknown, res.Outcome)
-	require.Equal(t, adapter.CategoryMalformedResponse, res.ErrorCategory)
 	require.Empty(t, res.ExternalObjectID)
-
-	res = adapter.Scrub(adapter.Result{Outcome: op.OutcomeSuccess, ExternalObjectID: "abc"}, secrets)
-	require.Equal(t, "abc", res.ExternalObjectID, "secrets shorter than 4 bytes are not looked for")
-
-	lr, ok := adapter.ScrubLookup(adapter.LookupResult{Found: true, Outcome: op.OutcomeSuccess, ExternalObjectID: secret}, secrets)
-	require.False(t, ok)
-	require.False(t, lr.Found)
+	require.True(t, adapter.HoldsSecret("x"+token, secrets))
 }

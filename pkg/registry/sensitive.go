@@ -232,7 +232,7 @@ func walkScalars(v any, out *[]string) {
 }
 
 // CallSecrets are the values a vendor's answer to a call of t with args
-// must not be kept with (adapter.Scrub): its sensitive arguments and the
+// must not be kept with (adapter.Redact): its sensitive arguments and the
 // credentials its adapter sends.
 func (t *Tool) CallSecrets(ad adapter.Adapter, args json.RawMessage) []string {
 	out := t.SensitiveValues(args)

@@ -22,6 +22,7 @@ const (
 	ReasonArgsNotObject     = "args_not_object"  // args is not a JSON object
 	ReasonSubjectMismatch   = "subject_mismatch" // the subject names another workflow, or no valid one
 	ReasonMsgIDMismatch     = "msg_id_mismatch"  // Nats-Msg-Id is not event_id
+	ReasonBadHeader         = "bad_header"       // a header name or value is not UTF-8
 	ReasonInvalid           = "invalid"          // any other refusal
 	ReasonUnknownTool       = "unknown_tool"     // set by planner-ingest: the registry has no such tool
 	ReasonInvalidArgs       = "invalid_args"     // set by planner-ingest: args fail the tool's schema or identity rules
