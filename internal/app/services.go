@@ -199,13 +199,17 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 			return nil, fmt.Errorf("services: database URL for unknown part %q", part)
 		}
 	}
-	var waker *outbox.Waker
-	kick := func() { waker.Kick() }
+	// What commits in this process is handed to its relays in memory.
+	handoff := outbox.NewHandoff()
+	kick := handoff.Give
+	queues := make([]<-chan []store.Message, cfg.Relays) // taken now, so nothing committed before the relays start is missed
+	for i := range queues {
+		queues[i] = handoff.Take()
+	}
 	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: cfg.DBMaxConns, StatementTimeout: cfg.StatementTimeout, OnOutbox: kick})
 	if err != nil {
 		return nil, err
 	}
-	waker = outbox.NewWaker(st, 0)
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Services{Store: st, cancel: cancel, parts: map[string]*store.Store{}}
 	// storeFor opens the store of a service or part once, when it has its
@@ -232,11 +236,6 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		s.parts[part] = ps
 		return ps, nil
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		waker.Run(ctx)
-	}()
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -369,7 +368,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		if err != nil {
 			return nil, err
 		}
-		r := outbox.New(outbox.Config{ID: rname, Wake: waker.Subscribe()}, rs, b, log)
+		r := outbox.New(outbox.Config{ID: rname, Handoff: queues[i]}, rs, b, log)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

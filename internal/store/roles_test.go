@@ -47,8 +47,8 @@ func TestEachRoleRunsItsStatements(t *testing.T) {
 	rows, err := relay.OutboxClaim(ctx, "r1", 10, time.Minute)
 	require.NoError(t, err, "relay: claim")
 	require.Len(t, rows, 1)
-	_, err = relay.OutboxMarkSent(ctx, "r1", []int64{rows[0].ID})
-	require.NoError(t, err, "relay: mark sent")
+	_, err = relay.OutboxSent(ctx, "r1", []int64{rows[0].ID})
+	require.NoError(t, err, "relay: delete published")
 	require.NoError(t, maintainer.InTx(ctx, func(tx *store.Tx) error {
 		return tx.Enqueue(ctx, msg("redrive-1", res.Operation.ID, 0))
 	}), "maintainer: re-drive enqueue")
@@ -87,8 +87,6 @@ func TestEachRoleRunsItsStatements(t *testing.T) {
 	require.NoError(t, err, "maintainer: parked")
 	_, err = maintainer.ExpiredApprovals(ctx, 10)
 	require.NoError(t, err, "maintainer: expired approvals")
-	_, err = maintainer.DeleteSentOutbox(ctx, time.Hour, 10)
-	require.NoError(t, err, "maintainer: outbox retention")
 	_, err = maintainer.DeleteRejectedInbox(ctx, time.Hour, 10)
 	require.NoError(t, err, "maintainer: inbox retention")
 	o, err = maintainer.Transition(ctx, store.Change{OperationID: o.ID, From: op.StateDispatched, LeaseEpoch: o.LeaseEpoch,

@@ -224,7 +224,7 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 		Source: s.Source, EventID: s.EventID, OperationID: got.ID, Actor: s.Actor, Now: t.now(),
 		Seqs: []int32{}, Events: []string{}, FromStates: []string{}, ToStates: []string{}, Details: [][]byte{},
 	}
-	var rows outboxRows
+	rows := outboxRows{grace: t.handoff}
 	if res.Decision == op.DecisionNew {
 		d := map[string]string{"source": s.Source, "event_id": s.EventID}
 		if s.ProposedBy != "" {
@@ -266,7 +266,7 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 	if err := t.q.OperationCreated(ctx, p); err != nil {
 		return nil, fmt.Errorf("submit %s/%s: record decision: %w", s.Source, s.EventID, translate(err))
 	}
-	t.wroteOutbox = t.wroteOutbox || len(rows.msgIDs) > 0
+	t.due = append(t.due, rows.due...)
 	return res, nil
 }
 
@@ -347,7 +347,7 @@ func (t *Tx) record(ctx context.Context, s Submission, res *SubmitResult) error 
 	if res.Operation != nil {
 		p.InboxOperationID, p.OperationID = &res.Operation.ID, res.Operation.ID
 	}
-	var rows outboxRows
+	rows := outboxRows{grace: t.handoff}
 	if s.Answer != nil {
 		if err := rows.add(s.Answer(res)); err != nil {
 			return err
@@ -357,7 +357,7 @@ func (t *Tx) record(ctx context.Context, s Submission, res *SubmitResult) error 
 	if err := t.q.OperationCreated(ctx, p); err != nil {
 		return fmt.Errorf("submit %s/%s: record decision: %w", s.Source, s.EventID, translate(err))
 	}
-	t.wroteOutbox = t.wroteOutbox || len(rows.msgIDs) > 0
+	t.due = append(t.due, rows.due...)
 	return nil
 }
 
