@@ -250,6 +250,13 @@ func isNotFound(err error) bool { return errors.Is(err, op.ErrNotFound) }
 
 // Submit runs Tx.Submit in its own transaction.
 func (s *Store) Submit(ctx context.Context, sub Submission) (*SubmitResult, error) {
+	if sub.simple() {
+		res, err := s.submitNew(ctx, sub)
+		if !errors.Is(err, op.ErrConflict) {
+			return res, err
+		}
+		// The event id or the key is known: the transaction decides.
+	}
 	var res *SubmitResult
 	err := s.InTx(ctx, func(tx *Tx) error {
 		var err error
