@@ -84,6 +84,7 @@ var forbidden = map[string][]string{
 		`INSERT INTO audit_log (actor, role, action, outcome) VALUES ('a', 'admin', 'x', 'ok')`,
 		`INSERT INTO entity_leases (entity_type, entity_id, operation_id, expires_at) VALUES ('t', 'e', 'o', now())`,
 		`UPDATE maintenance_leader SET holder = 'me'`,
+		`INSERT INTO reconcile_lookups (operation_id, version) VALUES ('o', 1)`,
 	},
 	"opledger_dispatcher": {
 		`INSERT INTO inbox (source, event_id, payload, payload_hash, decision) VALUES ('s', 'e', '', 'h', 'new')`,
@@ -96,6 +97,7 @@ var forbidden = map[string][]string{
 		`UPDATE approval_requests SET status = 'approved'`,
 		`INSERT INTO audit_log (actor, role, action, outcome) VALUES ('a', 'admin', 'x', 'ok')`,
 		`UPDATE entity_versions SET seq = 1`,
+		`SELECT * FROM reconcile_lookups`,
 	},
 	"opledger_reconciler": {
 		`INSERT INTO attempts (id, operation_id, number, lease_epoch, deadline_at) VALUES ('a', 'o', 1, 1, now())`,
@@ -124,6 +126,7 @@ var forbidden = map[string][]string{
 		`DELETE FROM outbox`,
 		`INSERT INTO approval_votes (operation_id, approver, decision, args_hash, reason) VALUES ('o', 'me', 'approve', 'h', 'r')`,
 		`INSERT INTO audit_log (actor, role, action, outcome) VALUES ('a', 'admin', 'x', 'ok')`,
+		`UPDATE reconcile_lookups SET failures = 0`,
 	},
 	"opledger_relay": {
 		`SELECT * FROM operations`,

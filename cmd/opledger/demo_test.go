@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,16 @@ import (
 	"github.com/opledger/opledger/internal/vendors"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(asMainEnv) == "1" {
+		// Re-executed by a test as the opledger command itself (mcp_test.go).
+		os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
+	}
+	testdb.Main(m)
+}
+
+// asMainEnv makes the test binary run as opledger.
+const asMainEnv = "OPLEDGER_TEST_AS_MAIN"
 
 // TestDemo runs the 2:13 a.m. incident as `opledger demo` does: it fails
 // unless the vendors saw exactly one charge and one email.
@@ -32,6 +42,10 @@ func TestDemo(t *testing.T) {
 	var out strings.Builder
 	require.NoError(t, Demo(context.Background(), d, &out), out.String())
 	require.Contains(t, out.String(), "One charge, one email.")
+	redelivery := out.String()[strings.Index(out.String(), "redelivers the first tool call"):]
+	require.Regexp(t, `← conv_42:call_1 +capture_payment +status=\S+ +decision=duplicate_event`, redelivery,
+		"the redelivered call is the same message: answered duplicate_event, not conflict")
+	require.NotContains(t, out.String(), "decision=conflict")
 	require.Equal(t, 1, d.Vendors.Stats().Captures)
 	require.Equal(t, 1, d.Vendors.Stats().Requests[vendors.RouteCapture], "the retry never reached the vendor")
 }
@@ -41,7 +55,7 @@ func TestDemo(t *testing.T) {
 func TestHelpExitsZero(t *testing.T) {
 	t.Parallel()
 	env := func(string) (string, bool) { return "", false }
-	for _, args := range [][]string{{"-h"}, {"dev", "-h"}, {"demo", "-h"}, {"bench", "-h"}, {"migrate", "-h"}, {"vendors", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"dev", "-h"}, {"demo", "-h"}, {"bench", "-h"}, {"migrate", "-h"}, {"vendors", "-h"}, {"mcp", "-h"}, {"mcp", "serve", "-h"}, {"mcp", "proxy", "-h"}} {
 		var out, errOut strings.Builder
 		require.Equal(t, 0, run(args, env, &out, &errOut), "%v: %s", args, errOut.String())
 		require.Contains(t, strings.ToLower(out.String()+errOut.String()), "usage", "%v", args)

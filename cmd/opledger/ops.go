@@ -23,6 +23,7 @@ import (
 	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/pkg/op"
+	"github.com/opledger/opledger/pkg/wire"
 )
 
 const opsUsage = `usage: opledger ops <command> [flags] [ID]
@@ -38,6 +39,8 @@ The human loop, as a client of the operators' HTTP API (docs/openapi.yaml):
                             settle an escalated operation with your evidence
   cancel ID -reason R       withdraw an operation that was not sent
   compensate ID -reason R   run the tool's compensation playbook (a new operation)
+  parked [-limit N]         outbox messages NATS refused until they were parked
+  requeue ID -reason R      publish a parked message again (its outbox row id)
 
 Every command takes -api URL (default $OPLEDGER_API_URL, else http://127.0.0.1:8480),
 -token (default $OPLEDGER_API_TOKEN; prefer the variable: flags show in process lists),
@@ -59,6 +62,7 @@ func runOps(ctx context.Context, args []string, env func(string) (string, bool),
 	cmds := map[string]func(context.Context, *opsCmd, []string) error{
 		"list": opsList, "show": opsShow, "approve": opsApprove, "deny": opsDeny,
 		"resolve": opsResolve, "cancel": opsCancel, "compensate": opsCompensate,
+		"parked": opsParked, "requeue": opsRequeue,
 	}
 	fn, ok := cmds[args[0]]
 	if !ok {
@@ -100,7 +104,7 @@ func (c *opsCmd) parse(args []string, want int) (string, error) {
 	id := ""
 	if want == 1 {
 		if c.fs.NArg() == 0 {
-			fmt.Fprintf(c.stderr, "opledger ops %s: the operation id is missing\n", c.name)
+			fmt.Fprintf(c.stderr, "opledger ops %s: the id is missing\n", c.name)
 			return "", errUsage
 		}
 		id = c.fs.Arg(0)
@@ -187,13 +191,15 @@ func (c *opsCmd) do(ctx context.Context, method, path string, body, out any) ([]
 	}
 	if resp.StatusCode != http.StatusOK {
 		var eb api.ErrorBody
-		if json.Unmarshal(data, &eb) != nil || eb.Error.Code == "" {
+		if wire.ReadJSON(data, &eb) != nil || eb.Error.Code == "" {
 			return nil, &apiError{status: resp.StatusCode, code: "http", message: "the API answered " + resp.Status}
 		}
 		return nil, &apiError{status: resp.StatusCode, code: clean(eb.Error.Code), message: clean(eb.Error.Message)}
 	}
 	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
+		// Read as the API reads what it is sent: exact field names, none
+		// twice, UTF-8; fields a newer API added are ignored.
+		if err := wire.ReadJSON(data, out); err != nil {
 			return nil, fmt.Errorf("the API's answer is not what this CLI expects: %w", err)
 		}
 	}
@@ -452,6 +458,7 @@ func printDetail(w io.Writer, d *ops.Detail) {
 	row("args_hash", o.ArgsHash)
 	row("proposed by", o.ProposedBy)
 	row("compensates", o.CompensatesID)
+	row("compensation", o.CompensationID)
 	row("attempts", strconv.Itoa(o.AttemptCount))
 	row("vendor ids", strings.Trim(strings.Join([]string{labelled("request", o.ExternalRequestID), labelled("object", o.ExternalObjectID)}, ", "), ", "))
 	if o.LastError != "" {
@@ -472,7 +479,7 @@ func printDetail(w io.Writer, d *ops.Detail) {
 	fmt.Fprintln(tw, "TIME\tEVENT\tFROM → TO\tACTOR\tREASON")
 	for _, e := range d.Events {
 		var detail map[string]string
-		_ = json.Unmarshal(e.Detail, &detail)
+		_ = wire.ReadJSON(e.Detail, &detail)
 		why := detail["reason"]
 		if why == "" {
 			why = detail["why"]

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -184,6 +186,7 @@ func TestOpsCLI(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `^compensation op_\w+ \(refund_payment\) of `+id+`: awaiting_approval\n`, out)
 	require.Contains(t, out, "needs approval by someone other than you")
+	compOut := out
 	code, out, _ = c.run("vera", "ops", "show", id, "-json")
 	require.Equal(t, 0, code)
 	var detail struct {
@@ -194,6 +197,11 @@ func TestOpsCLI(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &detail))
 	require.Equal(t, op.StateCompensating, detail.Operation.State)
+	compID := regexp.MustCompile(`^compensation (op_\w+) `).FindStringSubmatch(compOut)[1]
+	require.Equal(t, compID, detail.Operation.CompensationID, "the original links to its compensation")
+	code, out, _ = c.run("vera", "ops", "show", id)
+	require.Equal(t, 0, code)
+	require.Regexp(t, `compensation\s+`+compID+`\n`, out)
 	require.Len(t, detail.Audit, 6, "agent-7's refusal, alice, bob's wrong hash, bob, bob's replay, root")
 
 	// Who may call at all, and the command line.
@@ -225,4 +233,31 @@ func TestOpsCLI(t *testing.T) {
 func TestCleanForTerminal(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "a?[31mb?c?d é😀", clean("a\x1b[31mb\u202ec\u009bd é😀"))
+}
+
+// The CLI reads the API's answers one way: a status given twice, or in
+// another case, is refused rather than the last or the case-folded one
+// printed (an operator would act on what a proxy in front did not see).
+func TestOpsReadsAnswersOneWay(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		`{"operations":[{"operation_id":"op_1","tool":"t","status":"failed_permanent","status":"completed_success"}]}`: `field "operations[0].status" appears twice`,
+		`{"operations":[{"operation_id":"op_1","tool":"t","STATUS":"completed_success"}]}`:                             `unknown field "operations[0].STATUS"`,
+		`{"operations":[{"operation_id":"op_1","tool":"t","status":"completed_success","new_field":1}]}`:               "",
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(body))
+		}))
+		c := cli{t: t, env: map[string]string{"OPLEDGER_API_URL": srv.URL, "OPLEDGER_API_TOKEN": "opl_x"}}
+		code, out, errOut := c.run("", "ops", "list")
+		srv.Close()
+		if want == "" {
+			require.Equal(t, 0, code, errOut)
+			require.Contains(t, out, "op_1", "a field added by a newer API is ignored")
+			continue
+		}
+		require.Equal(t, 1, code, out)
+		require.Contains(t, errOut, want)
+	}
 }

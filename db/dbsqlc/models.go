@@ -89,44 +89,46 @@ type Inbox struct {
 }
 
 type MaintenanceLeader struct {
-	ID          int32
-	Holder      string
-	ElectedAt   time.Time
-	HeartbeatAt time.Time
+	ID                 int32
+	Holder             string
+	ElectedAt          time.Time
+	HeartbeatAt        time.Time
+	OpsStreamCreatedAt *time.Time
 }
 
 type Operation struct {
-	ID                     string
-	WorkflowID             string
-	RunID                  string
-	Tool                   string
-	ToolVersion            int32
-	Intent                 string
-	EntityType             string
-	EntityID               string
-	ArgsCanonical          string
-	ArgsHash               string
-	SideEffectClass        string
-	IdempotencyKey         string
-	State                  string
-	AttemptCount           int32
-	LeaseEpoch             int64
-	ExternalRequestID      string
-	ExternalObjectID       string
-	CompensatesOperationID *string
-	TraceID                string
-	LastErrorCategory      string
-	LastError              string
-	CreatedAt              time.Time
-	UpdatedAt              time.Time
-	Version                int64
-	OriginEventID          string
-	Generation             int32
-	GenerationStartedAt    *time.Time
-	GenerationAttemptBase  int32
-	ProposedBy             string
-	DedupeKey              string
-	Tenant                 string
+	ID                      string
+	WorkflowID              string
+	RunID                   string
+	Tool                    string
+	ToolVersion             int32
+	Intent                  string
+	EntityType              string
+	EntityID                string
+	ArgsCanonical           string
+	ArgsHash                string
+	SideEffectClass         string
+	IdempotencyKey          string
+	State                   string
+	AttemptCount            int32
+	LeaseEpoch              int64
+	ExternalRequestID       string
+	ExternalObjectID        string
+	CompensatesOperationID  *string
+	TraceID                 string
+	LastErrorCategory       string
+	LastError               string
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+	Version                 int64
+	OriginEventID           string
+	Generation              int32
+	GenerationStartedAt     *time.Time
+	GenerationAttemptBase   int32
+	ProposedBy              string
+	DedupeKey               string
+	Tenant                  string
+	CompensationOperationID *string
 }
 
 type OperationEvent struct {
@@ -158,4 +160,13 @@ type Outbox struct {
 	SentAt          *time.Time
 	PublishFailures int32
 	ParkedAt        *time.Time
+}
+
+type ReconcileLookup struct {
+	OperationID string
+	Version     int64
+	Failures    int32
+	Lookups     int32
+	LastAt      time.Time
+	NextAt      time.Time
 }

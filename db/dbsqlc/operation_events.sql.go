@@ -132,7 +132,7 @@ WITH inbox_row AS (
         $19, $20, $21, $22, $23,
         coalesce($6::timestamptz, now()), coalesce($6::timestamptz, now())
     )
-    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id
 ), events AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, actor, detail, at)
     SELECT created.id, e.seq, e.event, e.from_state, e.to_state, 0, $24, e.detail, created.created_at
@@ -148,7 +148,7 @@ WITH inbox_row AS (
                  unnest($32::jsonb[]) AS headers, unnest($33::bytea[]) AS payload,
                  unnest($34::text[]) AS operation_id, unnest($35::float8[]) AS delay_seconds) AS m
 )
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM created
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM created
 `
 
 type OperationSubmitNewParams struct {
@@ -190,37 +190,38 @@ type OperationSubmitNewParams struct {
 }
 
 type OperationSubmitNewRow struct {
-	ID                     string
-	WorkflowID             string
-	RunID                  string
-	Tool                   string
-	ToolVersion            int32
-	Intent                 string
-	EntityType             string
-	EntityID               string
-	ArgsCanonical          string
-	ArgsHash               string
-	SideEffectClass        string
-	IdempotencyKey         string
-	State                  string
-	AttemptCount           int32
-	LeaseEpoch             int64
-	ExternalRequestID      string
-	ExternalObjectID       string
-	CompensatesOperationID *string
-	TraceID                string
-	LastErrorCategory      string
-	LastError              string
-	CreatedAt              time.Time
-	UpdatedAt              time.Time
-	Version                int64
-	OriginEventID          string
-	Generation             int32
-	GenerationStartedAt    *time.Time
-	GenerationAttemptBase  int32
-	ProposedBy             string
-	DedupeKey              string
-	Tenant                 string
+	ID                      string
+	WorkflowID              string
+	RunID                   string
+	Tool                    string
+	ToolVersion             int32
+	Intent                  string
+	EntityType              string
+	EntityID                string
+	ArgsCanonical           string
+	ArgsHash                string
+	SideEffectClass         string
+	IdempotencyKey          string
+	State                   string
+	AttemptCount            int32
+	LeaseEpoch              int64
+	ExternalRequestID       string
+	ExternalObjectID        string
+	CompensatesOperationID  *string
+	TraceID                 string
+	LastErrorCategory       string
+	LastError               string
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+	Version                 int64
+	OriginEventID           string
+	Generation              int32
+	GenerationStartedAt     *time.Time
+	GenerationAttemptBase   int32
+	ProposedBy              string
+	DedupeKey               string
+	Tenant                  string
+	CompensationOperationID *string
 }
 
 // A new intent for a new key, whole, in one statement: its inbox row (with
@@ -301,6 +302,7 @@ func (q *Queries) OperationSubmitNew(ctx context.Context, arg OperationSubmitNew
 		&i.ProposedBy,
 		&i.DedupeKey,
 		&i.Tenant,
+		&i.CompensationOperationID,
 	)
 	return i, err
 }

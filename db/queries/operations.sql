@@ -47,6 +47,9 @@ LIMIT @max_rows;
 -- and the outbox rows (the agent's result, the follow-up command) are
 -- written only if the operation changed. A late or duplicate writer updates
 -- no operation and learns why from OperationGet.
+-- A dispatcher recording an attempt of a leased tool asks for require_lease:
+-- the operation changes only if its entity's lease is still its own and
+-- unexpired (the attempt row takes the answer all the same, as evidence).
 -- OperationTransitionFinishing also finishes the writer's attempt: only the
 -- roles that finish attempts (dispatcher, maintainer) may run it, so the
 -- roles that never touch attempts run OperationTransition, which does not
@@ -70,10 +73,17 @@ WITH finished AS (
                                        ELSE operations.generation_attempt_base END,
         external_request_id = coalesce(nullif(@external_request_id::text, ''), operations.external_request_id),
         external_object_id  = coalesce(nullif(@external_object_id::text, ''), operations.external_object_id),
+        compensation_operation_id = coalesce(sqlc.narg('compensation_operation_id')::text, operations.compensation_operation_id),
         last_error_category = CASE WHEN @set_error::boolean THEN @error_category::text ELSE operations.last_error_category END,
         last_error          = CASE WHEN @set_error::boolean THEN @error::text ELSE operations.last_error END,
         updated_at          = coalesce(sqlc.narg('now')::timestamptz, now())
     WHERE operations.id = @id AND operations.state = @from_state AND operations.lease_epoch = @lease_epoch
+      -- A holder of an entity lease writes only while the lease is still
+      -- its own and unexpired on the database's clock.
+      AND (NOT @require_lease::boolean OR EXISTS (
+          SELECT 1 FROM entity_leases l
+          WHERE l.entity_type = operations.entity_type AND l.entity_id = operations.entity_id AND l.operation_id = operations.id
+            AND l.expires_at >= coalesce(sqlc.narg('now')::timestamptz, now())))
     RETURNING *
 ), released AS (
     -- An operation no longer in flight gives its entity's lease back.
@@ -115,6 +125,7 @@ WITH changed AS (
                                        ELSE operations.generation_attempt_base END,
         external_request_id = coalesce(nullif(@external_request_id::text, ''), operations.external_request_id),
         external_object_id  = coalesce(nullif(@external_object_id::text, ''), operations.external_object_id),
+        compensation_operation_id = coalesce(sqlc.narg('compensation_operation_id')::text, operations.compensation_operation_id),
         last_error_category = CASE WHEN @set_error::boolean THEN @error_category::text ELSE operations.last_error_category END,
         last_error          = CASE WHEN @set_error::boolean THEN @error::text ELSE operations.last_error END,
         updated_at          = coalesce(sqlc.narg('now')::timestamptz, now())
@@ -153,26 +164,40 @@ SELECT state, count(*)::bigint AS n FROM operations GROUP BY state ORDER BY stat
 -- terminated message, a NATS server that lost its store). Without an index
 -- on state (so that transitions stay HOT) this scans operations, so it runs
 -- rarely, in the maintenance leader only; the NOT EXISTS probes only unsent
--- outbox rows (outbox_unsent_idx), few by design.
+-- outbox rows (outbox_unsent_idx), few by design. A reconcile command that
+-- the reconciler is only holding back (it looked and will look again:
+-- reconcile_lookups.next_at) is alive, not lost, until its next lookup is
+-- overdue by the cutoff as well: writing it again would only reset
+-- JetStream's delivery count and add outbox rows.
 SELECT o.* FROM operations o
 WHERE o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
   AND o.updated_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @older_than_seconds::float8)
   AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL AND b.parked_at IS NULL)
-ORDER BY o.updated_at
+  AND NOT EXISTS (SELECT 1 FROM reconcile_lookups l WHERE l.operation_id = o.id AND l.version = o.version
+                  AND l.next_at >= coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @older_than_seconds::float8))
+  -- the next page of one pass: re-driving changes nothing this orders by
+  AND (sqlc.narg('after_updated_at')::timestamptz IS NULL
+       OR (o.updated_at, o.id) > (sqlc.narg('after_updated_at')::timestamptz, @after_id::text))
+ORDER BY o.updated_at, o.id
 LIMIT @max_rows;
 
 -- name: OperationListDispatchedUnclaimed :many
--- Operations in dispatched with no open attempt at their lease epoch past its
--- deadline: stranded by something other than a dead dispatcher (the
--- attempt row says it finished, yet the operation never moved). The
--- re-drive pass looks for them too, so that every operation in dispatched
--- past its attempt's deadline is swept, whatever its attempts say.
+-- Operations in dispatched that no unfinished attempt at their lease epoch
+-- holds (the attempt says it finished, yet the operation never moved; or
+-- there is no attempt at all), past the deadline of their latest attempt
+-- at that epoch plus grace on the database's clock (without one: the time
+-- they entered dispatched plus grace). Open attempts past their deadline
+-- are OperationListStuckDispatched's; between them the sweeper catches
+-- every operation in dispatched past its attempt's deadline, whatever its
+-- attempts say. Without an index on state (so that transitions stay HOT)
+-- this scans operations: the sweeper runs it less often than the other.
 SELECT o.* FROM operations o
 WHERE o.state = 'dispatched'
-  AND o.updated_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @older_than_seconds::float8)
   AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch
-                  AND a.finished_at IS NULL
-                  AND a.deadline_at >= coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @grace_seconds::float8))
+                  AND a.finished_at IS NULL)
+  AND coalesce((SELECT max(a.deadline_at) FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch),
+               o.updated_at)
+      < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @grace_seconds::float8)
 ORDER BY o.updated_at
 LIMIT @max_rows;
 
@@ -180,3 +205,7 @@ LIMIT @max_rows;
 -- The database's clock (or the injected one): deadlines are compared on it,
 -- never on a host's clock.
 SELECT coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now;
+
+-- name: OperationCompensationCount :one
+-- How many compensations an operation has had (operations_compensates_idx).
+SELECT count(*)::bigint AS n FROM operations WHERE compensates_operation_id = @id;

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,9 @@ import (
 	"github.com/opledger/opledger/internal/reconcile"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/pkg/adapter"
+	"github.com/opledger/opledger/pkg/adapter/mcpadapter"
+	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/registry"
 	"github.com/opledger/opledger/pkg/wire"
 )
@@ -80,7 +84,8 @@ type ServicesConfig struct {
 	Registry    *registry.Registry
 	// Run lists the services to start (AllServices when empty).
 	Run []string
-	// Instance prefixes instance names in attempt rows and logs (default the host name).
+	// Instance prefixes instance names in attempt rows and logs (default the
+	// host name and the process id).
 	Instance string
 	// Dispatchers is the number of dispatcher instances in this process
 	// (default 1); each has its own NATS connection, as separate processes would.
@@ -117,8 +122,12 @@ type ServicesConfig struct {
 	// campaigns for (sweeper, re-drive, retention).
 	Maintain   maintain.Config
 	HTTPClient *http.Client
-	Metrics    *telemetry.Metrics
-	Log        zerolog.Logger
+	// MCPUpstreams reach the upstream MCP servers the registry's mcp tools
+	// name (see MCPUpstreamsFromEnv); the dispatcher and reconciler need
+	// one for each.
+	MCPUpstreams map[string]mcpadapter.Upstream
+	Metrics      *telemetry.Metrics
+	Log          zerolog.Logger
 
 	// NATSAuth is how every NATS connection of the process authenticates.
 	// An empty InboxPrefix becomes ServiceInboxPrefix of the service when
@@ -137,6 +146,7 @@ type Services struct {
 	own    []*store.Store
 	buses  []*bus.Bus
 	stops  []func()
+	pool   *mcpadapter.Pool
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -152,11 +162,14 @@ func (s *Services) Ready(ctx context.Context) []Check {
 	} else if err := s.Store.CheckSchema(ctx); err != nil {
 		checks[1] = Check{Name: "schema", Detail: err.Error()}
 	}
+	var down []string // every connection that cannot do its work, not only the first
 	for _, b := range s.buses {
 		if err := b.Check(ctx); err != nil {
-			checks[2] = Check{Name: "nats", Detail: b.Name() + ": " + err.Error()}
-			break
+			down = append(down, b.Name()+": "+err.Error())
 		}
+	}
+	if len(down) > 0 {
+		checks[2] = Check{Name: "nats", Detail: strings.Join(down, "; ")}
 	}
 	return checks
 }
@@ -176,7 +189,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		}
 	}
 	if cfg.Instance == "" {
-		cfg.Instance = hostname()
+		cfg.Instance = defaultInstance()
 	}
 	if cfg.Dispatchers <= 0 {
 		cfg.Dispatchers = 1
@@ -190,9 +203,18 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
 	}
-	adapters, err := cfg.Registry.Adapters(cfg.HTTPClient)
-	if err != nil {
-		return nil, err
+	// Only the dispatcher and the reconciler call vendors: the others do not
+	// need the upstreams of the registry's mcp tools configured.
+	var adapters map[string]adapter.Adapter
+	var pool *mcpadapter.Pool
+	if slices.Contains(run, Dispatcher) || slices.Contains(run, Reconciler) {
+		if pool, err = mcpadapter.NewPool(cfg.MCPUpstreams); err != nil {
+			return nil, err
+		}
+		if adapters, err = cfg.Registry.AdaptersWith(registry.Dependencies{HTTP: cfg.HTTPClient, MCP: pool}); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	for part := range cfg.DatabaseURLs {
 		if _, ok := DBRoles[part]; !ok {
@@ -211,7 +233,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Services{Store: st, cancel: cancel, parts: map[string]*store.Store{}}
+	s := &Services{Store: st, cancel: cancel, parts: map[string]*store.Store{}, pool: pool}
 	// storeFor opens the store of a service or part once, when it has its
 	// own login or role.
 	storeFor := func(part string) (*store.Store, error) {
@@ -361,8 +383,13 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 	if err != nil {
 		return nil, err
 	}
+	// A relay's id fences its claims (a relay marks only rows it still
+	// holds), so it must be unique even when two processes were given one
+	// instance name: each process adds a random token of its own.
+	token := op.NewID("")
+	token = strings.ToLower(token[len(token)-6:])
 	for i := range cfg.Relays {
-		rname := fmt.Sprintf("%s/relay-%d", cfg.Instance, i+1)
+		rname := fmt.Sprintf("%s/relay-%d-%s", cfg.Instance, i+1, token)
 		log := logFor(process, cfg.Instance)
 		b, err := connect(rname, log)
 		if err != nil {
@@ -385,6 +412,9 @@ func (s *Services) Stop() {
 		s.stops[i]()
 	}
 	s.wg.Wait()
+	if s.pool != nil {
+		s.pool.Close()
+	}
 	for _, b := range s.buses {
 		b.Close()
 	}

@@ -86,6 +86,11 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	if sc.DatabaseURLs == nil {
 		sc.DatabaseURLs = d.Infra.DatabaseURLs
 	}
+	if sc.MCPUpstreams == nil {
+		if sc.MCPUpstreams, err = MCPUpstreamsFromEnv(d.Registry, rc.LookupEnv); err != nil {
+			return nil, err
+		}
+	}
 	if d.Services, err = StartServices(ctx, sc); err != nil {
 		return nil, err
 	}

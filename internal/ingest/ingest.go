@@ -44,6 +44,11 @@ func SourceFor(tenant string) string {
 	return Source + "/" + tenant
 }
 
+// NoProposerReason answers an intent that needs approval but names no
+// actor.
+const NoProposerReason = "this call needs approval, and an approval must be by someone other than its proposer: " +
+	"send actor {type, id} with the intent to say who proposes it"
+
 // garbagePrefix keys the inbox row of an intent without a usable event id
 // by the hash of its bytes.
 const garbagePrefix = "sha256:"
@@ -94,13 +99,45 @@ func (s *Service) Start(ctx context.Context) (stop func(), err error) {
 		}
 		if errors.Is(err, op.ErrInvalid) {
 			// Even the rejection could not be stored: redelivering would
-			// fail forever and hold a slot of the shared consumer.
-			sum := sha256.Sum256(d.Data)
-			s.log.Error().Err(err).Str("payload_sha256", hex.EncodeToString(sum[:])).Msg("intent refused by the ledger; dropped")
+			// fail forever and hold a slot of the shared consumer. The
+			// agent still gets an answer, published directly: it is the
+			// one result that is not in the ledger, so it is counted.
+			s.answerUnstored(ctx, d, err)
 			return bus.Permanent(err)
 		}
 		return err
 	})
+}
+
+// answerUnstored is the last resort for an intent the ledger refused even
+// as a rejection: a rejected answer published straight to NATS, on the
+// results subject of the tenant and workflow the subject names, or on the
+// fixed unroutable subject, under the event id Ingest would have used for
+// garbage (a valid Nats-Msg-Id, else the body's hash). It is counted as
+// decision "unstored" in opledger_intents_total and logged.
+func (s *Service) answerUnstored(ctx context.Context, d bus.Delivery, cause error) {
+	sum := sha256.Sum256(d.Data)
+	eventID := d.Header[wire.HeaderMsgID]
+	if !wire.ValidID(eventID) {
+		eventID = garbagePrefix + hex.EncodeToString(sum[:])
+	}
+	subject, tenant, workflow := wire.UnroutableSubject, wire.DefaultTenant, ""
+	if t, wf, ok := wire.ParseIntentSubject(d.Subject); ok {
+		tenant, workflow = t, wf
+		subject = wire.TenantResultSubject(t, wf)
+	}
+	r := wire.Rejection(eventID, workflow, "", "the ledger could not store this intent, nor its rejection: "+reason(cause), op.DecisionRejected, time.Now())
+	r.Tenant = wire.ResultTenant(tenant)
+	tp := telemetry.ParseTraceparent(d.Header[wire.HeaderTraceparent])
+	m := outbox.ResultOn(subject, r, tp)
+	_, perr := s.bus.Publish(context.WithoutCancel(ctx), bus.Message{Subject: m.Subject, MsgID: m.MsgID, Header: m.Header, Data: m.Payload})
+	s.m.Intent("", "unstored", 0)
+	ev := s.log.Error().Err(cause).Str("payload_sha256", hex.EncodeToString(sum[:])).Str("event_id", wire.Clip(eventID)).Str("subject", subject)
+	if perr != nil {
+		ev.AnErr("publish_error", perr).Msg("intent refused by the ledger, even as a rejection; dropped, and its answer could not be published")
+		return
+	}
+	ev.Msg("intent refused by the ledger, even as a rejection; answered directly, not recorded")
 }
 
 // Answer is what Ingest decided and told the agent.
@@ -114,9 +151,8 @@ type Answer struct {
 // about the intent itself is in the Answer.
 func (s *Service) Ingest(ctx context.Context, subject string, header map[string]string, body []byte) (*Answer, error) {
 	start := time.Now()
-	msgID := header[wire.HeaderMsgID]
 	tp := telemetry.ParseTraceparent(header[wire.HeaderTraceparent])
-	sub, tenant, tool, reject := s.plan(subject, msgID, body, tp)
+	sub, tenant, tool, reject := s.plan(subject, header, body, tp)
 	ans, err := s.submit(ctx, sub, tenant, tool, reject, tp)
 	if errors.Is(err, op.ErrInvalid) && sub.RejectReason == "" {
 		// The ledger refused something in the intent that validation let
@@ -148,6 +184,9 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 // submit records sub and builds its answer, in one transaction.
 func (s *Service) submit(ctx context.Context, sub store.Submission, tenant, tool, reject string, tp telemetry.Traceparent) (*Answer, error) {
 	var ans Answer
+	// A malformed intent (plan could not read it) names no tool; every
+	// readable one does.
+	malformed := tool == "" && reject != ""
 	sub.Answer = func(res *store.SubmitResult) []store.Message {
 		ans.Decision = res.Decision
 		// A resent event whose first answer was a rejection or a conflict is
@@ -175,8 +214,9 @@ func (s *Service) submit(ctx context.Context, sub store.Submission, tenant, tool
 			ans.Result.WorkflowID = sub.WorkflowID
 		}
 		failpoint.Hit(failpoint.IngestMidTx)
-		if res.Decision == op.DecisionDuplicateEvent && res.FirstDecision == op.DecisionRejected && strings.HasPrefix(sub.EventID, garbagePrefix) {
-			// The same unreadable bytes again: they were answered once, and
+		if res.Decision == op.DecisionDuplicateEvent && res.FirstDecision == op.DecisionRejected && malformed {
+			// The same unreadable bytes again (keyed by their hash, or by a
+			// Nats-Msg-Id they carry): they were answered once, and
 			// answering every copy would let garbage multiply outbox rows.
 			return nil
 		}
@@ -195,9 +235,24 @@ func (s *Service) submit(ctx context.Context, sub store.Submission, tenant, tool
 // plan validates an intent and prepares its submission. When the intent is
 // invalid the submission carries the reason and the raw bytes, and reject
 // repeats the reason.
-func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Traceparent) (sub store.Submission, tenant, tool, reject string) {
+func (s *Service) plan(subject string, header map[string]string, body []byte, tp telemetry.Traceparent) (sub store.Submission, tenant, tool, reject string) {
 	sub = store.Submission{Source: Source, Payload: body, Actor: "planner-ingest"}
+	msgID := header[wire.HeaderMsgID]
+	// Headers are part of the intent: one that is not UTF-8 is refused like
+	// such a body, never read with replacement characters (and is no event
+	// id). A readable body still names the event the refusal answers.
+	herr := wire.CheckHeaders(header)
+	if herr != nil {
+		msgID = ""
+	}
 	in, err := wire.DecodeIntent(subject, msgID, body)
+	if err == nil && herr != nil {
+		tenant = in.Tenant
+		sub.Source = SourceFor(tenant)
+		sub.EventID, sub.WorkflowID = in.EventID, in.WorkflowID
+		sub.RejectReason = reason(herr)
+		return sub, tenant, in.Tool, sub.RejectReason
+	}
 	if err != nil {
 		// The subject is the only tenant there is (the body is not
 		// trusted); an intent on a subject naming no tenant is answered
@@ -244,6 +299,15 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 	}
 	sub.Approval = store.Approval{Required: t.Approval.Required, ExpiresAfter: t.Approval.ExpiresAfter}
 	sub.Guard = policy.Guard(s.reg, t)
+	if p.Initial == op.EventRequireApproval && in.Actor == nil {
+		// Nobody may approve a call they proposed; a call whose proposer is
+		// unknown could be approved by anyone, the proposer included. It is
+		// refused, as a rule beyond the key: a repeat of a known key is
+		// still its duplicate.
+		sub.Guard = func(context.Context, *store.Tx, *op.Operation) (string, error) {
+			return NoProposerReason, nil
+		}
+	}
 	if ev := p.EntityVersion; ev != nil {
 		sub.EntityVersion = &store.EntityVersion{EntityType: ev.EntityType, EntityID: ev.EntityID, Action: ev.Action, Key: ev.Key}
 	}

@@ -50,7 +50,7 @@ func setup(t *testing.T) bundle {
 	}})
 	b.dispatcher = dispatch.New(dispatch.Config{Name: "dispatcher-1"}, b.Store, b.Bus, b.Registry, b.Adapters, nil, b.Log)
 	b.reconciler = reconcile.New(reconcile.Config{Name: "reconciler-1", SettleDelay: settleDelay}, b.Store, b.Bus, b.Registry, b.Adapters, nil, b.Log)
-	b.maint = maintain.New(maintain.Config{Name: "maintainer-1", DispatchedGrace: grace, RedriveAfter: time.Minute},
+	b.maint = maintain.New(maintain.Config{Name: "maintainer-1", DispatchedGrace: grace, RedriveAfter: time.Minute, StrandInterval: time.Nanosecond},
 		b.Store, b.Registry, nil, nil, b.Log)
 	return b
 }
@@ -140,8 +140,7 @@ func TestSweepFencesDeadDispatcher(t *testing.T) {
 	require.NoError(t, b.reconciler.Handle(b.Ctx, b.LastCommand(t, o, wire.KindUnknown).Delivery(1)))
 	retry := b.Operation(t, o.ID)
 	require.Equal(t, op.StatePendingDispatch, retry.State)
-	live, liveAtt, err := b.Store.BeginAttempt(b.Ctx, o.ID, retry.LeaseEpoch, "dispatcher-live", pipetest.DefaultToolTimeout)
-	require.NoError(t, err)
+	live, liveAtt := b.Claim(t, retry, "dispatcher-live")
 	require.Equal(t, op.StateDispatched, live.State)
 	require.Greater(t, live.LeaseEpoch, claimed.LeaseEpoch)
 

@@ -50,6 +50,9 @@ func toOperation(r dbsqlc.Operation) *op.Operation {
 	if r.CompensatesOperationID != nil {
 		o.CompensatesID = *r.CompensatesOperationID
 	}
+	if r.CompensationOperationID != nil {
+		o.CompensationID = *r.CompensationOperationID
+	}
 	return o
 }
 
@@ -72,6 +75,9 @@ type Change struct {
 	Reopen            bool
 	ExternalRequestID string
 	ExternalObjectID  string
+	// CompensationID, when set, links the operation to its compensation
+	// (the original moving to compensating).
+	CompensationID string
 	// ErrorCategory and Error, when ErrorCategory is set, replace the
 	// operation's last error; a change that completes the operation clears them.
 	ErrorCategory string
@@ -84,6 +90,11 @@ type Change struct {
 	// statement, whether or not the operation still matches From and
 	// LeaseEpoch: a fenced-off attempt keeps what the vendor answered.
 	Finish *op.Attempt
+	// RequireLease (with Finish) writes the change only while the
+	// operation still holds its entity's lease, unexpired on the database's
+	// clock: a holder whose lease expired (and another operation may have
+	// taken) is fenced off with ErrLeaseLost, its attempt keeping the answer.
+	RequireLease bool
 	// Outbox builds the messages written with the change (the agent's
 	// result, a follow-up command) from the operation as it will be after it;
 	// nothing is written if the operation does not change.
@@ -133,6 +144,9 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, due [
 		ExternalRequestID: c.ExternalRequestID, ExternalObjectID: c.ExternalObjectID,
 		AttemptID: c.AttemptID, Actor: c.Actor, Now: r.now(),
 	}
+	if c.CompensationID != "" {
+		p.CompensationOperationID = &c.CompensationID
+	}
 	from := c.From
 	for i, ev := range c.Events {
 		to, err := op.Transition(from, ev)
@@ -179,6 +193,9 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, due [
 		}
 	}
 	p.Subjects, p.MsgIds, p.Headers, p.Payloads, p.OperationIds, p.Delays = rows.columns()
+	if c.RequireLease && c.Finish == nil {
+		return nil, nil, fmt.Errorf("operation %s: a change that requires the lease finishes an attempt: %w", c.OperationID, op.ErrInvalid)
+	}
 	var row dbsqlc.Operation
 	if a := c.Finish; a != nil {
 		// Only writers that finish an attempt name the attempts table: the
@@ -188,11 +205,12 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, due [
 			Now: p.Now, Outcome: string(a.Outcome), AttemptErrorCategory: a.ErrorCategory, AttemptError: a.Error,
 			HttpStatus: int32(a.HTTPStatus), AttemptExternalRequestID: a.ExternalRequestID, AttemptExternalObjectID: a.ExternalObjectID,
 			FinishAttemptID: a.ID, ToState: p.ToState, Events: p.Events, BumpEpoch: p.BumpEpoch, Reopen: p.Reopen,
-			ExternalRequestID: p.ExternalRequestID, ExternalObjectID: p.ExternalObjectID, SetError: p.SetError,
+			ExternalRequestID: p.ExternalRequestID, ExternalObjectID: p.ExternalObjectID,
+			CompensationOperationID: p.CompensationOperationID, SetError: p.SetError,
 			ErrorCategory: p.ErrorCategory, Error: p.Error, ID: p.ID, FromState: p.FromState, LeaseEpoch: p.LeaseEpoch,
 			ReleaseLease: p.ReleaseLease, AttemptID: p.AttemptID, Actor: p.Actor, FromStates: p.FromStates, ToStates: p.ToStates,
 			Details: p.Details, Subjects: p.Subjects, MsgIds: p.MsgIds, Headers: p.Headers, Payloads: p.Payloads,
-			OperationIds: p.OperationIds, Delays: p.Delays,
+			OperationIds: p.OperationIds, Delays: p.Delays, RequireLease: c.RequireLease,
 		})
 		row = dbsqlc.Operation(fr)
 	} else {
@@ -201,10 +219,22 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, due [
 		row = dbsqlc.Operation(tr)
 	}
 	if err != nil {
-		return nil, nil, r.staleOr(ctx, c.OperationID, c.From, c.LeaseEpoch, err)
+		err = r.staleOr(ctx, c.OperationID, c.From, c.LeaseEpoch, err)
+		var stale *op.StaleError
+		if c.RequireLease && errors.As(err, &stale) && stale.GotState == c.From && stale.GotEpoch == c.LeaseEpoch {
+			// The operation is as the writer expected: what it lacks is
+			// its entity's lease.
+			return nil, nil, fmt.Errorf("operation %s: %w", c.OperationID, ErrLeaseLost)
+		}
+		return nil, nil, err
 	}
 	return toOperation(row), rows.due, nil
 }
+
+// ErrLeaseLost: a change that requires its operation's entity lease found
+// the lease expired on the database's clock, or taken by another operation.
+// Nothing but the attempt row changed.
+var ErrLeaseLost = errors.New("the entity's lease expired or was taken by another operation")
 
 // applyChange predicts the operation after c, the way OperationTransition
 // writes it, for the messages built before the statement runs.
@@ -219,6 +249,9 @@ func applyChange(o *op.Operation, c Change, to op.State, now *time.Time) {
 	}
 	if c.ExternalObjectID != "" {
 		o.ExternalObjectID = c.ExternalObjectID
+	}
+	if c.CompensationID != "" {
+		o.CompensationID = c.CompensationID
 	}
 	switch {
 	case c.ErrorCategory != "":
@@ -322,13 +355,15 @@ func (r reads) OperationsStuckDispatched(ctx context.Context, grace time.Duratio
 	return out, nil
 }
 
-// OperationsDispatchedUnclaimed returns up to limit operations in dispatched,
-// unchanged for olderThan, with no open attempt at their lease epoch still
-// inside its deadline plus grace: stranded whatever their attempts say.
-// It scans operations; the maintenance leader calls it rarely.
-func (r reads) OperationsDispatchedUnclaimed(ctx context.Context, olderThan, grace time.Duration, limit int) ([]*op.Operation, error) {
+// OperationsDispatchedUnclaimed returns up to limit operations in dispatched
+// that no unfinished attempt at their lease epoch holds, past the deadline of
+// their latest attempt at that epoch (or, without one, the time they entered
+// dispatched) plus grace on the database's clock: stranded whatever their
+// attempts say. Open attempts past their deadline are
+// OperationsStuckDispatched's. It scans operations.
+func (r reads) OperationsDispatchedUnclaimed(ctx context.Context, grace time.Duration, limit int) ([]*op.Operation, error) {
 	rows, err := r.q.OperationListDispatchedUnclaimed(ctx, dbsqlc.OperationListDispatchedUnclaimedParams{
-		OlderThanSeconds: olderThan.Seconds(), GraceSeconds: grace.Seconds(), MaxRows: int32(limit), Now: r.now(),
+		GraceSeconds: grace.Seconds(), MaxRows: int32(limit), Now: r.now(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list stranded operations: %w", translate(err))
@@ -338,12 +373,17 @@ func (r reads) OperationsDispatchedUnclaimed(ctx context.Context, olderThan, gra
 
 // OperationsUnattended returns up to limit operations in pending_dispatch,
 // unknown_outcome or acknowledged, unchanged for olderThan on the database's
-// clock, with no unsent outbox row: the command that should move them was
-// lost after it was published. Oldest first.
-func (r reads) OperationsUnattended(ctx context.Context, olderThan time.Duration, limit int) ([]*op.Operation, error) {
-	rows, err := r.q.OperationListUnattended(ctx, dbsqlc.OperationListUnattendedParams{
-		OlderThanSeconds: olderThan.Seconds(), MaxRows: int32(limit), Now: r.now(),
-	})
+// clock, with no unsent outbox row (and no reconcile command only held back
+// by the reconciler): the command that should move them was lost after it
+// was published. Oldest first; after, when not nil, is the last operation
+// of the page before (a pass reads page after page).
+func (r reads) OperationsUnattended(ctx context.Context, olderThan time.Duration, after *op.Operation, limit int) ([]*op.Operation, error) {
+	p := dbsqlc.OperationListUnattendedParams{OlderThanSeconds: olderThan.Seconds(), MaxRows: int32(limit), Now: r.now()}
+	if after != nil {
+		at := after.UpdatedAt
+		p.AfterUpdatedAt, p.AfterID = &at, after.ID
+	}
+	rows, err := r.q.OperationListUnattended(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("list unattended operations: %w", translate(err))
 	}
@@ -383,6 +423,15 @@ func (r reads) Events(ctx context.Context, operationID string) ([]op.EventRecord
 		}
 	}
 	return out, nil
+}
+
+// CompensationCount returns how many compensations operation id has had.
+func (r reads) CompensationCount(ctx context.Context, id string) (int, error) {
+	n, err := r.q.OperationCompensationCount(ctx, &id)
+	if err != nil {
+		return 0, fmt.Errorf("compensations of %s: %w", id, translate(err))
+	}
+	return int(n), nil
 }
 
 // CountByState returns how many operations are in each state.
