@@ -190,7 +190,10 @@ WITH cur AS (
 ), claimed AS (
     UPDATE operations SET
         state = 'dispatched', version = version + 1, lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1,
-        updated_at = coalesce($4::timestamptz, now())
+        -- The claim's time is when the lease was had, after any wait for
+        -- the previous holder to let it go, not when the statement began:
+        -- the claim's event never predates the end of the holder's.
+        updated_at = coalesce($4::timestamptz, clock_timestamp())
     FROM lease
     WHERE operations.id = lease.operation_id AND operations.state = 'pending_dispatch' AND operations.lease_epoch = $2
     RETURNING operations.id, operations.workflow_id, operations.run_id, operations.tool, operations.tool_version, operations.intent, operations.entity_type, operations.entity_id, operations.args_canonical, operations.args_hash, operations.side_effect_class, operations.idempotency_key, operations.state, operations.attempt_count, operations.lease_epoch, operations.external_request_id, operations.external_object_id, operations.compensates_operation_id, operations.trace_id, operations.last_error_category, operations.last_error, operations.created_at, operations.updated_at, operations.version, operations.origin_event_id, operations.generation, operations.generation_started_at, operations.generation_attempt_base, operations.proposed_by, operations.dedupe_key, operations.tenant, operations.compensation_operation_id

@@ -60,7 +60,10 @@ WITH cur AS (
 ), claimed AS (
     UPDATE operations SET
         state = 'dispatched', version = version + 1, lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1,
-        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+        -- The claim's time is when the lease was had, after any wait for
+        -- the previous holder to let it go, not when the statement began:
+        -- the claim's event never predates the end of the holder's.
+        updated_at = coalesce(sqlc.narg('now')::timestamptz, clock_timestamp())
     FROM lease
     WHERE operations.id = lease.operation_id AND operations.state = 'pending_dispatch' AND operations.lease_epoch = @lease_epoch
     RETURNING operations.*

@@ -149,7 +149,12 @@ type Services struct {
 	pool   *mcpadapter.Pool
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	relays []string
 }
+
+// RelayIDs returns the ids of the process's outbox relays, which fence
+// their claims.
+func (s *Services) RelayIDs() []string { return slices.Clone(s.relays) }
 
 // Ready runs the readiness checks of the process: Postgres answers, its
 // schema has every migration this binary embeds, and every NATS connection
@@ -384,7 +389,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		return nil, err
 	}
 	// A relay's id fences its claims (a relay marks only rows it still
-	// holds), so it must be unique even when two processes were given one
+	// holds, and deletes only those), so it must be unique even when two processes were given one
 	// instance name: each process adds a random token of its own.
 	token := op.NewID("")
 	token = strings.ToLower(token[len(token)-6:])
@@ -396,6 +401,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 			return nil, err
 		}
 		r := outbox.New(outbox.Config{ID: rname, Handoff: queues[i]}, rs, b, log)
+		s.relays = append(s.relays, rname)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
