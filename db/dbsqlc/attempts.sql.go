@@ -171,12 +171,17 @@ WITH cur AS (
     SELECT o.id, o.entity_type, o.entity_id, o.created_at FROM operations o
     WHERE o.id = $1 AND o.state = 'pending_dispatch' AND o.lease_epoch = $2 AND o.entity_id <> ''
 ), older AS (
+    -- A lateral probe with a limit, so that the planner looks the entity up
+    -- in operations_entity_idx (whose predicate it repeats) instead of
+    -- hashing a scan of the whole table, as it does with NOT EXISTS here.
     SELECT cur.id FROM cur
-    WHERE NOT EXISTS (
-        SELECT 1 FROM operations w
-        WHERE w.entity_type = cur.entity_type AND w.entity_id = cur.entity_id AND w.id <> cur.id
+    LEFT JOIN LATERAL (
+        SELECT 1 AS waiting FROM operations w
+        WHERE w.entity_type = cur.entity_type AND w.entity_id = cur.entity_id AND w.entity_id <> '' AND w.id <> cur.id
           AND w.state = 'pending_dispatch' AND w.tool = ANY($3::text[])
-          AND (w.created_at, w.id) < (cur.created_at, cur.id))
+          AND (w.created_at, w.id) < (cur.created_at, cur.id)
+        LIMIT 1) w ON true
+    WHERE w.waiting IS NULL
 ), lease AS (
     INSERT INTO entity_leases AS l (entity_type, entity_id, operation_id, epoch, acquired_at, expires_at)
     SELECT cur.entity_type, cur.entity_id, cur.id, 1, coalesce($4::timestamptz, now()),
