@@ -7,75 +7,7 @@ package dbsqlc
 
 import (
 	"context"
-	"time"
 )
-
-const entityOlderWaiting = `-- name: EntityOlderWaiting :one
-SELECT EXISTS (
-    SELECT 1 FROM operations
-    WHERE entity_type = $1 AND entity_id = $2 AND id <> $3
-      AND state = 'pending_dispatch' AND tool = ANY($4::text[])
-      AND (created_at, id) < ($5::timestamptz, $3::text)
-)::boolean AS waiting
-`
-
-type EntityOlderWaitingParams struct {
-	EntityType  string
-	EntityID    string
-	OperationID string
-	Tools       []string
-	CreatedAt   time.Time
-}
-
-// Whether an older operation of the leased tools waits to be dispatched on
-// the entity: the lease goes to operations in the order they were created.
-func (q *Queries) EntityOlderWaiting(ctx context.Context, arg EntityOlderWaitingParams) (bool, error) {
-	row := q.db.QueryRow(ctx, entityOlderWaiting,
-		arg.EntityType,
-		arg.EntityID,
-		arg.OperationID,
-		arg.Tools,
-		arg.CreatedAt,
-	)
-	var waiting bool
-	err := row.Scan(&waiting)
-	return waiting, err
-}
-
-const leaseAcquire = `-- name: LeaseAcquire :one
-INSERT INTO entity_leases AS l (entity_type, entity_id, operation_id, epoch, acquired_at, expires_at)
-VALUES ($1, $2, $3, 1, coalesce($4::timestamptz, now()),
-        coalesce($4::timestamptz, now()) + make_interval(secs => $5::float8))
-ON CONFLICT (entity_type, entity_id) DO UPDATE SET
-    operation_id = EXCLUDED.operation_id, epoch = l.epoch + 1,
-    acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at
-WHERE l.operation_id = EXCLUDED.operation_id OR l.expires_at < EXCLUDED.acquired_at
-RETURNING epoch
-`
-
-type LeaseAcquireParams struct {
-	EntityType  string
-	EntityID    string
-	OperationID string
-	Now         *time.Time
-	TtlSeconds  float64
-}
-
-// Takes the entity's lease for an operation: when it is free, expired on
-// the database's clock, or already this operation's. No row: another
-// operation holds it.
-func (q *Queries) LeaseAcquire(ctx context.Context, arg LeaseAcquireParams) (int64, error) {
-	row := q.db.QueryRow(ctx, leaseAcquire,
-		arg.EntityType,
-		arg.EntityID,
-		arg.OperationID,
-		arg.Now,
-		arg.TtlSeconds,
-	)
-	var epoch int64
-	err := row.Scan(&epoch)
-	return epoch, err
-}
 
 const leaseHolder = `-- name: LeaseHolder :one
 SELECT entity_type, entity_id, operation_id, epoch, acquired_at, expires_at FROM entity_leases WHERE entity_type = $1 AND entity_id = $2

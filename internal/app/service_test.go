@@ -148,13 +148,13 @@ func TestServiceAnswersWhileWaitingForDependencies(t *testing.T) {
 
 // Each service binary shows and takes only its own flags: -instances is the
 // dispatcher's, -api-database-url planner-ingest's (the API's login), the
-// retention periods the reconciler's (its process campaigns for the
+// retention period the reconciler's (its process campaigns for the
 // maintenance leadership). Every one takes -api-tokens and
 // -http-open-loopback: its /metrics and /readyz need a credential.
 func TestServiceFlagsAreEachBinarysOwn(t *testing.T) {
 	t.Parallel()
 	own := map[string][]string{app.Dispatcher: {"-instances"}, app.PlannerIngest: {"-api-database-url"},
-		app.Reconciler: {"-outbox-retention", "-rejected-retention"}}
+		app.Reconciler: {"-rejected-retention"}}
 	for _, name := range app.AllServices {
 		var usage strings.Builder
 		_, err := app.ParseServiceFlags(name, []string{"-h"}, env(nil), &usage)
