@@ -250,7 +250,7 @@ func (d *Door) Submit(ctx context.Context, c Call, onResult func(client.Result))
 	}
 	start := time.Now()
 	out := Submitted{EventID: in.EventID, ArgsHash: prep.Args.Hash}
-	res, ans, ended, err := d.submit(ctx, in, d.cfg.Wait, onResult)
+	res, ans, ended, err := d.submit(ctx, in, d.cfg.Wait, false, onResult)
 	if err == nil && c.ToolCallID == "" && prep.EntityVersion == nil && ans.DedupeDecision == op.DecisionDuplicateEvent &&
 		ans.RetryRecommendation == op.RecommendRetryLater && ans.Version > 0 {
 		// The derived event's operation failed without effect and asks to
@@ -258,7 +258,7 @@ func (d *Door) Submit(ctx context.Context, c Call, onResult func(client.Result))
 		in.EventID = fmt.Sprintf("%s:after-v%d", in.EventID, ans.Version)
 		if len(in.EventID) <= wire.MaxIDLen {
 			out.EventID = in.EventID
-			res, ans, ended, err = d.submit(ctx, in, d.cfg.Wait, onResult)
+			res, ans, ended, err = d.submit(ctx, in, d.cfg.Wait, false, onResult)
 		}
 	}
 	out.Result, out.Answer, out.WaitEnded, out.Waited = res, ans, ended, time.Since(start)
@@ -269,7 +269,10 @@ func (d *Door) Submit(ctx context.Context, c Call, onResult func(client.Result))
 // context of its own: the caller's cancellation, and the wait bound, end it
 // only after the ledger's answer arrived (or answerWait passed without one:
 // ErrNoAnswer).
-func (d *Door) submit(ctx context.Context, in wire.Intent, wait time.Duration, onResult func(client.Result)) (res, ans client.Result, ended bool, err error) {
+//
+// fresh takes as the answer the ledger's answer to this publish
+// (client.SubmitAndWatchFresh), not an earlier publish's of the same event.
+func (d *Door) submit(ctx context.Context, in wire.Intent, wait time.Duration, fresh bool, onResult func(client.Result)) (res, ans client.Result, ended bool, err error) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var mu sync.Mutex
@@ -302,7 +305,11 @@ func (d *Door) submit(ctx context.Context, in wire.Intent, wait time.Duration, o
 	})
 	defer answerBy.Stop()
 	first := true
-	res, err = d.cfg.Client.SubmitAndWatch(wctx, in, func(r client.Result) {
+	watch := d.cfg.Client.SubmitAndWatch
+	if fresh {
+		watch = d.cfg.Client.SubmitAndWatchFresh
+	}
+	res, err = watch(wctx, in, func(r client.Result) {
 		if first {
 			first, ans = false, r
 			mu.Lock()

@@ -52,7 +52,9 @@ func (d *Door) PrepareIntent(in wire.Intent) (wire.Intent, *registry.Prepared, e
 }
 
 // SubmitIntent sends an intent the agent wrote itself, under its own event
-// id, and waits at most wait (0: only for the ledger's answer; never longer
+// id, takes the ledger's answer to this very send (a resend with other
+// bytes under the same event id is a conflict, never the earlier send's
+// answer), and waits at most wait (0: only for the ledger's answer; never longer
 // than the door's wait) for its operation to come to rest, calling onResult
 // (which may be nil) with the answer and each newer result. As with
 // Submit, the caller going away ends the wait once the answer is in, never
@@ -67,7 +69,10 @@ func (d *Door) SubmitIntent(ctx context.Context, in wire.Intent, wait time.Durat
 	}
 	start := time.Now()
 	out := Submitted{EventID: in.EventID, ArgsHash: prep.Args.Hash}
-	res, ans, ended, err := d.submit(ctx, in, min(max(wait, 0), d.cfg.Wait), onResult)
+	// The body is the agent's: a resend may carry other bytes under the
+	// same event id, which the ledger answers conflict. So the answer is
+	// the ledger's to this publish, not an earlier one's.
+	res, ans, ended, err := d.submit(ctx, in, min(max(wait, 0), d.cfg.Wait), true, onResult)
 	out.Result, out.Answer, out.WaitEnded, out.Waited = res, ans, ended, time.Since(start)
 	return out, err
 }
