@@ -283,8 +283,14 @@ func (in *Intents) submit(w http.ResponseWriter, r *http.Request, actor ops.Acto
 		refuse(agentcall.ErrNoAnswer)
 		return
 	case err != nil && r.Context().Err() != nil:
-		audit("", "the caller went away before the ledger answered; the intent goes on if it was stored")
-		log.Info().Msg("api: caller went away; the operation goes on")
+		// Nobody reads the answer; the operation goes on either way.
+		if sub.Answer.EventID != "" {
+			detail["decision"] = string(sub.Answer.DedupeDecision)
+			audit(sub.Answer.OperationID, "ok (the caller went away while waiting)")
+		} else {
+			audit("", "the caller went away before the ledger answered; the intent goes on if it was stored")
+		}
+		log.Info().Str("operation_id", sub.Answer.OperationID).Msg("api: caller went away; the operation goes on")
 		return
 	case errors.Is(err, client.ErrInvalidIntent):
 		refuse(withReason(ReasonInvalidIntent, err))

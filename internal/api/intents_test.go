@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,11 +45,12 @@ var agents = map[string][2]string{
 }
 
 type intentBundle struct {
-	ctx  context.Context
-	d    *app.Stack
-	spec *spec
-	url  string
-	tok  map[string]string
+	ctx    context.Context
+	d      *app.Stack
+	spec   *spec
+	specMu sync.Mutex // the spec's compiler is not safe for the parallel subtests
+	url    string
+	tok    map[string]string
 }
 
 // setupIntents starts a whole opledger (real Postgres, real JetStream,
@@ -110,6 +113,8 @@ func (b *intentBundle) do(t *testing.T, ctx context.Context, actor, method, rout
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	data := readAll(t, resp)
+	b.specMu.Lock()
+	defer b.specMu.Unlock()
 	b.spec.check(t, method, route, resp.StatusCode, resp.Header.Get("Content-Type"), data)
 	return answer{status: resp.StatusCode, header: resp.Header, body: data}
 }
@@ -272,6 +277,12 @@ func TestIntentAPI(t *testing.T) {
 		require.Equal(t, string(op.StateCompletedSuccess), again.Status, again.Reason)
 		require.Equal(t, string(op.DecisionDuplicateEvent), again.Decision, "the cancelled request's intent was recorded")
 		require.Equal(t, 1, b.d.Vendors.EffectsByKey(vendors.KindEmail)[again.IdempotencyKey], "sent once")
+		require.Eventually(t, func() bool {
+			var d ops.Detail
+			a := b.do(t, b.ctx, "vera", "GET", "/v1/operations/{id}", "/v1/operations/"+again.OperationID, "")
+			require.NoError(t, json.Unmarshal(a.body, &d))
+			return slices.Contains(auditOutcomes(&d)["bot submit_intent"], "ok (the caller went away while waiting)")
+		}, 10*time.Second, 50*time.Millisecond, "the given-up request is audited with its operation")
 		require.Equal(t, 1, b.d.Vendors.EffectsBy(vendors.KindEmail, vendors.AttrTo)["w2@example.com"], "sent once")
 	})
 
