@@ -11,6 +11,7 @@ import (
 	"github.com/opledger/opledger/internal/api"
 	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/ops"
+	"github.com/opledger/opledger/pkg/wire"
 )
 
 // runDev is "opledger dev": everything in one process until interrupted.
@@ -47,7 +48,12 @@ func runDev(ctx context.Context, args []string, env func(string) (string, bool),
 	if err != nil {
 		return err
 	}
-	if f.cfg.APITokens, err = api.NewTokens(append(entries, devEntry)); err != nil {
+	// And an agent token for the HTTP intent API (tenant default).
+	agentToken, agentEntry, err := api.GenerateAgentToken("dev-agent", wire.DefaultTenant, "")
+	if err != nil {
+		return err
+	}
+	if f.cfg.APITokens, err = api.NewTokens(append(entries, devEntry, agentEntry)); err != nil {
 		return err
 	}
 	d, err := app.StartStack(ctx, f.cfg)
@@ -69,6 +75,9 @@ func runDev(ctx context.Context, args []string, env func(string) (string, bool),
 		if tokensFile != "" {
 			fmt.Fprintf(stdout, "       also accepted: the %d tokens of %s\n", len(entries), tokensFile)
 		}
+
+		fmt.Fprintf(stdout, "  intents: POST %s/v1/intents?wait=final with the agent token (dev-agent, tenant default; docs/protocol.md, \"Over HTTP\"):\n", u)
+		fmt.Fprintf(stdout, "       export OPLEDGER_AGENT_TOKEN=%s\n", agentToken)
 	}
 	fmt.Fprintf(stdout, "  tools: %s\n", strings.Join(d.Registry.Names(), ", "))
 	fmt.Fprintf(stdout, "  publish intents to opledger.intents.<workflow_id> (Nats-Msg-Id = event_id); results on opledger.results.<workflow_id>; see docs/protocol.md\n")

@@ -17,21 +17,24 @@ func runToken(_ context.Context, args []string, _ func(string) (string, bool), s
 	fs := flag.NewFlagSet("opledger token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: opledger token -actor NAME -role viewer|approver|operator|admin\n\n"+
+		fmt.Fprintln(stderr, "usage: opledger token -actor NAME -role viewer|approver|operator|admin\n"+
+			"       opledger token -actor NAME -role agent -tenant TENANT [-workflow-prefix PREFIX]\n\n"+
 			"Prints a new random API token, once, and the line to add to the tokens file that\n"+
 			"OPLEDGER_API_TOKENS names (it holds the token's SHA-256, never the token).")
 		fs.PrintDefaults()
 	}
 	actor := fs.String("actor", "", "who the token is for, as the audit trail will name them (letters, digits, . _ @ -)")
-	role := fs.String("role", "", "viewer (reads), approver (approves, denies), operator (resolves, cancels, compensates) or admin")
+	role := fs.String("role", "", "viewer (reads), approver (approves, denies), operator (resolves, cancels, compensates), admin, or agent (the HTTP intent API: submits and reads in its tenant)")
+	tenant := fs.String("tenant", "", "role agent: the tenant its intents go to and its reads come from (default for the default tenant)")
+	prefix := fs.String("workflow-prefix", "", "role agent: only the workflows whose ids start with this")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *actor == "" || !ops.ValidRole(ops.Role(*role)) {
+	if *actor == "" || !ops.ValidRole(ops.Role(*role)) && ops.Role(*role) != ops.RoleAgent {
 		fs.Usage()
 		return errUsage
 	}
-	token, entry, err := api.GenerateToken(*actor, ops.Role(*role))
+	token, entry, err := api.GenerateTokenFor(api.TokenEntry{Actor: *actor, Role: ops.Role(*role), Tenant: *tenant, WorkflowPrefix: *prefix})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage

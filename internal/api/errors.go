@@ -76,4 +76,7 @@ type ErrorBody struct {
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Reason is a stable cause, for programs, on the intent routes'
+	// refusals of a body or query (intentbody.go).
+	Reason string `json:"reason,omitempty"`
 }

@@ -141,9 +141,10 @@ func TestDocumentDescribesEveryRoute(t *testing.T) {
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	a.Mount(mux)
+	mountIntents(t, a, mux)
 
 	var mounted []string
-	for _, rt := range api.Routes() {
+	for _, rt := range allRoutes() {
 		mounted = append(mounted, rt.Pattern())
 		req := httptest.NewRequest(rt.Method, strings.ReplaceAll(rt.Path, "{id}", "op_01ABC"), nil)
 		_, pattern := mux.Handler(req)
@@ -197,6 +198,7 @@ func TestDocumentServedAndNoTokensIsUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	a.Mount(mux)
+	mountIntents(t, a, mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
@@ -207,7 +209,7 @@ func TestDocumentServedAndNoTokensIsUnavailable(t *testing.T) {
 	require.Equal(t, docs.OpenAPI, body)
 	s.check(t, "GET", "/v1/openapi.yaml", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 
-	for _, rt := range api.Routes() {
+	for _, rt := range allRoutes() {
 		if rt.Public {
 			continue
 		}

@@ -50,6 +50,12 @@ type ServiceConfig struct {
 	// APITokens is the path of the API's tokens file (planner-ingest only);
 	// without it the API's routes answer 503.
 	APITokens string
+	// IntentNATSSecrets is the directory of the agents' NATS passwords the
+	// HTTP intent API connects with, one per tenant (planner-ingest only;
+	// IntentNATS.SecretsDir); empty, it uses NATSAuth.
+	IntentNATSSecrets string
+	// IntentWait bounds the intent API's ?wait=final (0: 25s).
+	IntentWait time.Duration
 	// ConnectTimeout bounds how long start-up waits for Postgres and NATS.
 	ConnectTimeout time.Duration
 	// Consumer tunes the service's JetStream consumer (AckWait, heartbeat,
@@ -119,6 +125,8 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	fs.StringVar(&cfg.HTTPAddr, "http", env("OPLEDGER_HTTP_ADDR", "127.0.0.1:0"), "address of /metrics, /healthz and /readyz; port 0 picks a free one, logged at start [OPLEDGER_HTTP_ADDR]")
 	if name == PlannerIngest {
 		fs.StringVar(&cfg.APITokens, "api-tokens", env("OPLEDGER_API_TOKENS", ""), "tokens file of the operators' API, served on -http; unset, the API answers 503 [OPLEDGER_API_TOKENS]")
+		fs.StringVar(&cfg.IntentNATSSecrets, "intent-nats-secrets", env("OPLEDGER_INTENT_NATS_SECRETS", ""),
+			"directory of the agents' NATS passwords (agent-<tenant>.password, as deploy/nats/genpasswd writes them) the HTTP intent API submits with, as each agent token's tenant; unset, it uses this service's NATS credentials [OPLEDGER_INTENT_NATS_SECRETS]")
 	}
 	connectTimeout := time.Minute
 	if v := env("OPLEDGER_CONNECT_TIMEOUT", ""); v != "" {
@@ -135,12 +143,16 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 		{"ack-wait", "OPLEDGER_ACK_WAIT", "how long JetStream leaves a command with this process while nothing reports on it (0: " + defaultAckWait(name) + ")", &cfg.Consumer.AckWait},
 		{"heartbeat", "OPLEDGER_HEARTBEAT", "how often a command still being handled is reported in progress (0: a third of the ack wait)", &cfg.Consumer.Heartbeat},
 		{"nak-delay", "OPLEDGER_NAK_DELAY", "how long a command given back while Postgres is unreachable waits before redelivery (0: 1s)", &cfg.Consumer.NakDelay},
+		{"intent-wait", "OPLEDGER_INTENT_WAIT", "how long POST /v1/intents?wait=final waits for the operation to come to rest (0: 25s, at most 10m)", &cfg.IntentWait},
 		{"statement-timeout", "OPLEDGER_STATEMENT_TIMEOUT", "bound on each Postgres statement without a deadline of its own (0: 10s)", &cfg.StatementTimeout},
 		{"rejected-retention", "OPLEDGER_REJECTED_RETENTION", "the maintenance leader's: how long the inbox rows of rejected intents are kept; their event ids are judged again as new after it (0: 168h)", &cfg.RejectedRetention},
 	}
 	for _, d := range durations {
 		if strings.HasSuffix(d.name, "-retention") && name != Reconciler {
 			continue // the maintenance leader's, which only reconcilers campaign for
+		}
+		if d.name == "intent-wait" && name != PlannerIngest {
+			continue // the HTTP intent API's, which planner-ingest serves
 		}
 		def := time.Duration(0)
 		if v := env(d.env, ""); v != "" {
@@ -261,7 +273,19 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 		if err != nil {
 			return err
 		}
+		base := cfg.NATSAuth
+		if base.InboxPrefix == "" {
+			base.InboxPrefix = ServiceInboxPrefix(cfg.Name)
+		}
+		doors := newTenantDoors(IntentNATS{URL: cfg.NATSURL, Base: base, SecretsDir: cfg.IntentNATSSecrets}, reg,
+			intentWait(cfg.IntentWait), log)
+		defer doors.Close()
+		intents, err := api.NewIntents(api.IntentsConfig{API: a, Doors: doors, Wait: intentWait(cfg.IntentWait), Registerer: promReg, Log: log})
+		if err != nil {
+			return err
+		}
 		a.Mount(routes)
+		intents.Mount(routes)
 		if tokens == nil {
 			log.Warn().Msg("no API tokens configured (OPLEDGER_API_TOKENS): the operators' API answers 503")
 		}

@@ -33,6 +33,11 @@ type StackConfig struct {
 	// APITokens authenticate the operators' API and /v1/vendors/stats; nil
 	// answers them 503 "no API tokens configured".
 	APITokens *api.Tokens
+	// IntentWait bounds the HTTP intent API's ?wait=final (0: 25s). The
+	// intent API is served with the operators' one; it reaches NATS as
+	// each tenant's agent, on the stack's NATS with the services'
+	// credentials (Services.NATSAuth).
+	IntentWait time.Duration
 	// Services configures the services; DatabaseURL, NATSURL, Registry and
 	// Metrics are filled in.
 	Services ServicesConfig
@@ -50,6 +55,8 @@ type Stack struct {
 	Services *Services
 	Metrics  *telemetry.Metrics
 	HTTP     *HTTPServer
+
+	doors *tenantDoors // the intent API's NATS connections
 }
 
 // StartStack starts everything.
@@ -100,10 +107,18 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 		if err != nil {
 			return nil, err
 		}
+		d.doors = newTenantDoors(IntentNATS{URL: d.Infra.NATSURL, Base: sc.NATSAuth}, d.Registry, intentWait(cfg.IntentWait),
+			cfg.Log.With().Str("service", "api").Logger())
+		intents, err := api.NewIntents(api.IntentsConfig{API: a, Doors: d.doors, Wait: intentWait(cfg.IntentWait), Registerer: promReg,
+			Log: cfg.Log.With().Str("service", "api").Logger()})
+		if err != nil {
+			return nil, err
+		}
 		const stats = "GET /v1/vendors/stats"
 		d.HTTP, err = ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: d.Services.Ready,
 			Routes: func(mux *http.ServeMux) {
 				a.Mount(mux)
+				intents.Mount(mux)
 				mux.Handle(stats, a.Authenticated(stats, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 					writeJSON(w, http.StatusOK, d.Vendors.Stats())
 				})))
@@ -119,6 +134,9 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 func (d *Stack) Close() {
 	if d.HTTP != nil {
 		d.HTTP.Close()
+	}
+	if d.doors != nil {
+		d.doors.Close()
 	}
 	if d.Services != nil {
 		d.Services.Stop()

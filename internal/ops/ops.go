@@ -47,6 +47,9 @@ func ValidRole(r Role) bool {
 type Actor struct {
 	ID   string
 	Role Role
+	// Tenant and WorkflowPrefix bind an agent (RoleAgent) to the
+	// operations it may submit and see; empty for every other role.
+	Tenant, WorkflowPrefix string
 }
 
 // Errors, classified once by the HTTP API (403, 409, 400, 404).
