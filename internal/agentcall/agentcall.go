@@ -250,7 +250,7 @@ func (d *Door) Submit(ctx context.Context, c Call, onResult func(client.Result))
 	}
 	start := time.Now()
 	out := Submitted{EventID: in.EventID, ArgsHash: prep.Args.Hash}
-	res, ans, ended, err := d.submit(ctx, in, d.cfg.Wait, false, onResult)
+	res, ans, ended, err := d.submit(ctx, in, d.cfg.Wait, true, onResult)
 	if err == nil && c.ToolCallID == "" && prep.EntityVersion == nil && ans.DedupeDecision == op.DecisionDuplicateEvent &&
 		ans.RetryRecommendation == op.RecommendRetryLater && ans.Version > 0 {
 		// The derived event's operation failed without effect and asks to
@@ -258,7 +258,7 @@ func (d *Door) Submit(ctx context.Context, c Call, onResult func(client.Result))
 		in.EventID = fmt.Sprintf("%s:after-v%d", in.EventID, ans.Version)
 		if len(in.EventID) <= wire.MaxIDLen {
 			out.EventID = in.EventID
-			res, ans, ended, err = d.submit(ctx, in, d.cfg.Wait, false, onResult)
+			res, ans, ended, err = d.submit(ctx, in, d.cfg.Wait, true, onResult)
 		}
 	}
 	out.Result, out.Answer, out.WaitEnded, out.Waited = res, ans, ended, time.Since(start)
