@@ -71,6 +71,9 @@ var forbiddenToAll = []string{
 // another part's job.
 var forbidden = map[string][]string{
 	"opledger_ingest": {
+		`DELETE FROM webhook_evidence`,
+		`UPDATE webhook_evidence SET match_value = 'other'`,
+		`UPDATE webhook_evidence SET outcome = 'success'`,
 		`UPDATE attempts SET outcome = 'success'`,
 		`INSERT INTO attempts (id, operation_id, number, lease_epoch, deadline_at) VALUES ('a', 'o', 1, 1, now())`,
 		`SELECT * FROM attempts`,
@@ -86,6 +89,8 @@ var forbidden = map[string][]string{
 		`UPDATE maintenance_leader SET holder = 'me'`,
 	},
 	"opledger_dispatcher": {
+		`SELECT * FROM webhook_evidence`,
+		`UPDATE webhook_evidence SET status = 'applied'`,
 		`INSERT INTO inbox (source, event_id, payload, payload_hash, decision) VALUES ('s', 'e', '', 'h', 'new')`,
 		`SELECT * FROM inbox`,
 		`INSERT INTO operations (id, workflow_id, tool, tool_version, args_canonical, args_hash, side_effect_class, idempotency_key, state) VALUES ('o', 'w', 't', 1, '{}', 'h', 'pure_read', 'k', 'planned')`,
@@ -98,6 +103,8 @@ var forbidden = map[string][]string{
 		`UPDATE entity_versions SET seq = 1`,
 	},
 	"opledger_reconciler": {
+		`INSERT INTO webhook_evidence (provider, delivery_id, event_type, tools, match_by, match_value, outcome, hold_until) VALUES ('p', 'd', 't', '{}', 'idempotency_key', 'k', 'success', now())`,
+		`UPDATE webhook_evidence SET next_check_at = now()`,
 		`INSERT INTO attempts (id, operation_id, number, lease_epoch, deadline_at) VALUES ('a', 'o', 1, 1, now())`,
 		`UPDATE attempts SET outcome = 'success'`,
 		`UPDATE operations SET attempt_count = 9`,
@@ -108,6 +115,7 @@ var forbidden = map[string][]string{
 		`UPDATE approval_requests SET status = 'approved'`,
 	},
 	"opledger_compensator": {
+		`SELECT * FROM webhook_evidence`,
 		`UPDATE attempts SET outcome = 'success'`,
 		`SELECT * FROM attempts`,
 		`DELETE FROM outbox`,
@@ -117,6 +125,9 @@ var forbidden = map[string][]string{
 		`INSERT INTO audit_log (actor, role, action, outcome) VALUES ('a', 'admin', 'x', 'ok')`,
 	},
 	"opledger_maintainer": {
+		`INSERT INTO webhook_evidence (provider, delivery_id, event_type, tools, match_by, match_value, outcome, hold_until) VALUES ('p', 'd', 't', '{}', 'idempotency_key', 'k', 'success', now())`,
+		`DELETE FROM webhook_evidence`,
+		`UPDATE webhook_evidence SET external_object_id = 'ch_other'`,
 		`INSERT INTO operations (id, workflow_id, tool, tool_version, args_canonical, args_hash, side_effect_class, idempotency_key, state) VALUES ('o', 'w', 't', 1, '{}', 'h', 'pure_read', 'k', 'planned')`,
 		`INSERT INTO inbox (source, event_id, payload, payload_hash, decision) VALUES ('s', 'e', '', 'h', 'new')`,
 		`INSERT INTO attempts (id, operation_id, number, lease_epoch, deadline_at) VALUES ('a', 'o', 1, 1, now())`,
@@ -125,6 +136,7 @@ var forbidden = map[string][]string{
 		`INSERT INTO audit_log (actor, role, action, outcome) VALUES ('a', 'admin', 'x', 'ok')`,
 	},
 	"opledger_relay": {
+		`SELECT * FROM webhook_evidence`,
 		`SELECT * FROM operations`,
 		`SELECT * FROM inbox`,
 		`INSERT INTO outbox (subject, msg_id, payload) VALUES ('s', 'm', '')`,
@@ -134,6 +146,8 @@ var forbidden = map[string][]string{
 		`UPDATE operations SET state = 'completed_success'`,
 	},
 	"opledger_operator": {
+		`UPDATE webhook_evidence SET status = 'applied'`,
+		`INSERT INTO webhook_evidence (provider, delivery_id, event_type, tools, match_by, match_value, outcome, hold_until) VALUES ('p', 'd', 't', '{}', 'idempotency_key', 'k', 'success', now())`,
 		`UPDATE attempts SET outcome = 'success'`,
 		`INSERT INTO attempts (id, operation_id, number, lease_epoch, deadline_at) VALUES ('a', 'o', 1, 1, now())`,
 		`UPDATE inbox SET payload = ''`,
