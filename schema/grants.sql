@@ -118,7 +118,6 @@ GRANT SELECT ON maintenance_leader TO opledger_operator;
 GRANT SELECT ON webhook_evidence TO opledger_ingest, opledger_reconciler, opledger_maintainer, opledger_operator;
 GRANT INSERT ON webhook_evidence TO opledger_ingest;
 GRANT UPDATE (status, operation_id, reason, decided_at, checks, next_check_at)
-    ON webhook_evidence TO opledger_ingest, opledger_maintainer;
-GRANT UPDATE (status, operation_id, reason, decided_at) ON webhook_evidence TO opledger_reconciler;
+    ON webhook_evidence TO opledger_ingest, opledger_reconciler, opledger_maintainer;
 
 -- owner-only: operation_events_append_only: the trigger function that keeps history append-only; triggers need no EXECUTE grant

@@ -104,7 +104,7 @@ var forbidden = map[string][]string{
 	},
 	"opledger_reconciler": {
 		`INSERT INTO webhook_evidence (provider, delivery_id, event_type, tools, match_by, match_value, outcome, hold_until) VALUES ('p', 'd', 't', '{}', 'idempotency_key', 'k', 'success', now())`,
-		`UPDATE webhook_evidence SET next_check_at = now()`,
+		`UPDATE webhook_evidence SET match_value = 'other'`,
 		`INSERT INTO attempts (id, operation_id, number, lease_epoch, deadline_at) VALUES ('a', 'o', 1, 1, now())`,
 		`UPDATE attempts SET outcome = 'success'`,
 		`UPDATE operations SET attempt_count = 9`,

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/opledger/opledger/internal/bus"
 	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/internal/webhook"
 	"github.com/opledger/opledger/schema"
 )
 
@@ -46,6 +48,9 @@ type ServiceConfig struct {
 	// APITokens is the path of the API's tokens file (planner-ingest only);
 	// without it the API's routes answer 503.
 	APITokens string
+	// WebhookSecretFiles names, per webhook provider, a file holding its
+	// signing secrets (planner-ingest only); see WebhookSecrets.
+	WebhookSecretFiles map[string]string
 	// ConnectTimeout bounds how long start-up waits for Postgres and NATS.
 	ConnectTimeout time.Duration
 	// Consumer tunes the service's JetStream consumer (AckWait, heartbeat,
@@ -102,6 +107,16 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	fs.StringVar(&cfg.LogFormat, "log-format", env("OPLEDGER_LOG_FORMAT", LogAuto), "log format: json, console, or auto (console on a terminal) [OPLEDGER_LOG_FORMAT]")
 	fs.StringVar(&cfg.HTTPAddr, "http", env("OPLEDGER_HTTP_ADDR", "127.0.0.1:0"), "address of /metrics, /healthz and /readyz; port 0 picks a free one, logged at start [OPLEDGER_HTTP_ADDR]")
 	fs.StringVar(&cfg.APITokens, "api-tokens", env("OPLEDGER_API_TOKENS", ""), "tokens file of the operators' API, which planner-ingest serves on -http; unset, the API answers 503 [OPLEDGER_API_TOKENS]")
+	cfg.WebhookSecretFiles = map[string]string{}
+	fs.Func("webhook-secrets-file", "PROVIDER=FILE: the signing secrets of a webhook provider, separated by white space (planner-ingest only; repeatable) "+
+		"[OPLEDGER_WEBHOOK_SECRETS_<PROVIDER>_FILE, or the secrets themselves in OPLEDGER_WEBHOOK_SECRETS_<PROVIDER>]", func(s string) error {
+		p, file, ok := strings.Cut(s, "=")
+		if !ok || p == "" || file == "" {
+			return fmt.Errorf("want PROVIDER=FILE, got %q", s)
+		}
+		cfg.WebhookSecretFiles[p] = file
+		return nil
+	})
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", time.Minute, "how long start-up waits for Postgres and NATS")
 	durations := []struct {
 		name, env, usage string
@@ -151,7 +166,8 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 // (retrying with backoff up to ConnectTimeout, each try logged), refuses a
 // database whose schema is not up to date unless Migrate is set, starts the
 // service and its outbox relays, and serves /metrics, /healthz and /readyz
-// (planner-ingest also the operators' API, behind cfg.APITokens).
+// (planner-ingest also the operators' API, behind cfg.APITokens, and the
+// vendors' webhooks, POST /webhooks/{provider}).
 func RunService(ctx context.Context, cfg ServiceConfig) error {
 	if !slices.Contains(AllServices, cfg.Name) {
 		return fmt.Errorf("unknown service %q (have %v)", cfg.Name, AllServices)
@@ -177,6 +193,14 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 			return err
 		}
 	}
+	// It also takes the vendors' webhooks: their signing secrets come from
+	// the environment or files, and a bad one stops it here too.
+	var webhookSecrets map[string][]webhook.Secret
+	if cfg.Name == PlannerIngest {
+		if webhookSecrets, err = WebhookSecrets(reg, cfg.Registry.LookupEnv, cfg.WebhookSecretFiles); err != nil {
+			return err
+		}
+	}
 	if err := waitForDependencies(ctx, cfg, log); err != nil {
 		return err
 	}
@@ -190,7 +214,7 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	s, err := StartServices(ctx, ServicesConfig{
 		DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
 		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays, SetRoles: cfg.SetRoles,
-		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout,
+		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout, WebhookSecrets: webhookSecrets,
 		Metrics: telemetry.NewMetrics(promReg), Log: base,
 	})
 	if err != nil {
@@ -203,9 +227,15 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 		if err != nil {
 			return err
 		}
-		hc.Routes = a.Mount
+		hc.Routes = func(mux *http.ServeMux) {
+			a.Mount(mux)
+			s.Webhooks.Mount(mux)
+		}
 		if tokens == nil {
 			log.Warn().Msg("no API tokens configured (OPLEDGER_API_TOKENS): the operators' API answers 503")
+		}
+		for _, p := range s.Webhooks.Unconfigured() {
+			log.Warn().Str("provider", p).Str("env", WebhookSecretsEnv(p)).Msg("no signing secret for this webhook provider: its deliveries are refused (503 no_secret)")
 		}
 	}
 	h, err := ServeHTTP(hc)

@@ -143,12 +143,20 @@ func New(cfg Config) (*Intake, error) {
 	return &Intake{cfg: cfg}, nil
 }
 
-// Mount registers the intake's route on mux.
-func (in *Intake) Mount(mux *http.ServeMux) { mux.Handle(Pattern, in) }
+// Mount registers the intake's route on mux; a nil intake (a process
+// without planner-ingest) registers nothing.
+func (in *Intake) Mount(mux *http.ServeMux) {
+	if in != nil {
+		mux.Handle(Pattern, in)
+	}
+}
 
 // Unconfigured returns the providers of the registry without a secret.
 func (in *Intake) Unconfigured() []string {
 	var out []string
+	if in == nil {
+		return nil
+	}
 	for _, p := range in.cfg.Registry.Webhooks() {
 		if len(in.cfg.Secrets[p]) == 0 {
 			out = append(out, p)
