@@ -266,8 +266,14 @@ func (in *Intake) handle(r *http.Request, hook *registry.Webhook) (result, deliv
 	var rec store.DeliveryRecord
 	err = in.cfg.Store.InTx(ctx, func(tx *store.Tx) error {
 		var err error
-		if rec, err = tx.RecordDelivery(ctx, store.Delivery{Provider: hook.Provider, DeliveryID: deliveryID, Payload: body, Reason: reason}); err != nil || rec.Duplicate {
+		if rec, err = tx.RecordDelivery(ctx, store.Delivery{Provider: hook.Provider, DeliveryID: deliveryID, Payload: body, Reason: reason}); err != nil {
 			return err
+		}
+		if rec.Conflict {
+			return errReused // refused: not even counted as a redelivery
+		}
+		if rec.Duplicate {
+			return nil
 		}
 		if e == nil {
 			return nil
@@ -279,11 +285,11 @@ func (in *Intake) handle(r *http.Request, hook *registry.Webhook) (result, deliv
 		return err
 	})
 	switch {
+	case errors.Is(err, errReused):
+		return "", deliveryID, refuse(ReasonIDReused, "this delivery id was recorded with other bytes")
 	case err != nil:
 		in.cfg.Log.Error().Err(err).Str("provider", hook.Provider).Str("delivery_id", wire.Clip(deliveryID)).Msg("webhook: could not record the delivery")
 		return "", deliveryID, refuse(ReasonUnavailable, "the ledger could not record the delivery; send it again")
-	case rec.Conflict:
-		return "", deliveryID, refuse(ReasonIDReused, "this delivery id was recorded with other bytes")
 	case rec.Duplicate:
 		return ResultDuplicate, deliveryID, nil
 	}
@@ -294,6 +300,9 @@ func (in *Intake) handle(r *http.Request, hook *registry.Webhook) (result, deliv
 		Str("result", result).Msg("webhook recorded")
 	return result, deliveryID, nil
 }
+
+// errReused rolls back a delivery whose id was recorded with other bytes.
+var errReused = errors.New("delivery id reused with other bytes")
 
 // evidenceOf reads what a mapped event says: the identity of the operation
 // and, when the mapping names one, the vendor's object id. Both must be
