@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/dispatch"
@@ -64,8 +65,27 @@ func signStripe(secret string, ts int64, body []byte) string {
 	return fmt.Sprintf("t=%d,v1=%s", ts, hex.EncodeToString(mac.Sum(nil)))
 }
 
+// syncBuffer collects log lines from concurrent handlers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 type bundle struct {
 	*pipetest.Env
+	logs     *syncBuffer // everything the intake and the settler logged, at debug level
 	url      string
 	metrics  *prometheus.Registry
 	settler  *evidence.Settler
@@ -90,8 +110,10 @@ func setup(t *testing.T) bundle {
 	require.NoError(t, err)
 	pi, err := webhook.ParseSecrets(registry.SchemeStripe, []string{stripeSecret})
 	require.NoError(t, err)
-	settler := evidence.New(e.Registry, m, e.Log)
-	in, err := webhook.New(webhook.Config{Registry: e.Registry, Store: st, Evidence: settler, Metrics: m, Log: e.Log,
+	logs := &syncBuffer{}
+	log := zerolog.New(logs).Level(zerolog.DebugLevel)
+	settler := evidence.New(e.Registry, m, log)
+	in, err := webhook.New(webhook.Config{Registry: e.Registry, Store: st, Evidence: settler, Metrics: m, Log: log,
 		Secrets: map[string][]webhook.Secret{"payments": pay, "payment_intents": pi}})
 	require.NoError(t, err)
 	require.Equal(t, []string{"email"}, in.Unconfigured())
@@ -99,7 +121,18 @@ func setup(t *testing.T) bundle {
 	in.Mount(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return bundle{Env: e, url: srv.URL, metrics: reg, settler: settler, ingestSt: st}
+	b := bundle{Env: e, logs: logs, url: srv.URL, metrics: reg, settler: settler, ingestSt: st}
+	t.Cleanup(func() { b.noSecretLogged(t) })
+	return b
+}
+
+// noSecretLogged fails when any secret, or its key, reached a log line.
+func (b bundle) noSecretLogged(t *testing.T) {
+	logs := b.logs.String()
+	for _, s := range []string{testSecret, testSecretOld, stripeSecret, strings.TrimPrefix(testSecret, "whsec_"),
+		"test-only-not-a-secret", "test_only_not_a_real"} {
+		require.NotContains(t, logs, s, "a secret in the logs")
+	}
 }
 
 // answer is what the intake answered.
@@ -268,6 +301,7 @@ func TestHostileDeliveriesAreRefusedAndCounted(t *testing.T) {
 		require.Equal(t, n, b.counter(t, "opledger_webhook_rejected_total", map[string]string{"provider": k[0], "reason": k[1]}), "%v", k)
 	}
 	require.Zero(t, b.count(t, `SELECT count(*) FROM inbox WHERE source LIKE 'webhook:%'`), "nothing refused is stored")
+	require.Contains(t, b.logs.String(), `"reason":"bad_signature"`, "refusals are logged (at debug), without secrets")
 	require.Zero(t, b.count(t, `SELECT count(*) FROM webhook_evidence`))
 }
 

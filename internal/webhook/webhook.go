@@ -104,6 +104,9 @@ const (
 // the metrics' label values.
 const unknownLabel = "_unknown"
 
+// bodyReadTimeout bounds the time a delivery's body may take to arrive.
+const bodyReadTimeout = 10 * time.Second
+
 // Pattern is the route the intake serves.
 const Pattern = "POST /webhooks/{provider}"
 
@@ -193,6 +196,9 @@ func (in *Intake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		in.refused(w, r, unknownLabel, refuse(ReasonUnknownProvider, "no such webhook provider"), "")
 		return
 	}
+	// A body that trickles in must not hold the connection: the server only
+	// bounds the headers' time.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
 	result, deliveryID, ref := in.handle(r, hook)
 	if ref != nil {
 		in.refused(w, r, provider, ref, deliveryID)
