@@ -136,7 +136,7 @@ VALUES ($1, $2, $3, $4::text[], $5, $6, $7, $8,
         coalesce($9::timestamptz, now()),
         coalesce($9::timestamptz, now()) + make_interval(secs => $10::float8),
         coalesce($9::timestamptz, now()))
-RETURNING provider, delivery_id, event_type, tools, match_by, match_value, outcome, external_object_id, status, operation_id, reason, received_at, hold_until, checks, next_check_at, decided_at, (hold_until <= coalesce($9::timestamptz, now()))::boolean AS expired
+RETURNING provider, delivery_id, event_type, tools, match_by, match_value, outcome, external_object_id, status, operation_id, reason, received_at, hold_until, checks, next_check_at, decided_at
 `
 
 type WebhookEvidenceInsertParams struct {
@@ -152,28 +152,8 @@ type WebhookEvidenceInsertParams struct {
 	HoldSeconds      float64
 }
 
-type WebhookEvidenceInsertRow struct {
-	Provider         string
-	DeliveryID       string
-	EventType        string
-	Tools            []string
-	MatchBy          string
-	MatchValue       string
-	Outcome          string
-	ExternalObjectID string
-	Status           string
-	OperationID      *string
-	Reason           string
-	ReceivedAt       time.Time
-	HoldUntil        time.Time
-	Checks           int32
-	NextCheckAt      time.Time
-	DecidedAt        *time.Time
-	Expired          bool
-}
-
 // Held until hold_seconds after now, on the database's clock.
-func (q *Queries) WebhookEvidenceInsert(ctx context.Context, arg WebhookEvidenceInsertParams) (WebhookEvidenceInsertRow, error) {
+func (q *Queries) WebhookEvidenceInsert(ctx context.Context, arg WebhookEvidenceInsertParams) (WebhookEvidence, error) {
 	row := q.db.QueryRow(ctx, webhookEvidenceInsert,
 		arg.Provider,
 		arg.DeliveryID,
@@ -186,7 +166,7 @@ func (q *Queries) WebhookEvidenceInsert(ctx context.Context, arg WebhookEvidence
 		arg.Now,
 		arg.HoldSeconds,
 	)
-	var i WebhookEvidenceInsertRow
+	var i WebhookEvidence
 	err := row.Scan(
 		&i.Provider,
 		&i.DeliveryID,
@@ -204,7 +184,6 @@ func (q *Queries) WebhookEvidenceInsert(ctx context.Context, arg WebhookEvidence
 		&i.Checks,
 		&i.NextCheckAt,
 		&i.DecidedAt,
-		&i.Expired,
 	)
 	return i, err
 }
@@ -304,7 +283,7 @@ func (q *Queries) WebhookEvidenceListByOperation(ctx context.Context, operationI
 }
 
 const webhookEvidenceListDue = `-- name: WebhookEvidenceListDue :many
-SELECT provider, delivery_id, event_type, tools, match_by, match_value, outcome, external_object_id, status, operation_id, reason, received_at, hold_until, checks, next_check_at, decided_at, (hold_until <= coalesce($1::timestamptz, now()))::boolean AS expired
+SELECT webhook_evidence.provider, webhook_evidence.delivery_id, webhook_evidence.event_type, webhook_evidence.tools, webhook_evidence.match_by, webhook_evidence.match_value, webhook_evidence.outcome, webhook_evidence.external_object_id, webhook_evidence.status, webhook_evidence.operation_id, webhook_evidence.reason, webhook_evidence.received_at, webhook_evidence.hold_until, webhook_evidence.checks, webhook_evidence.next_check_at, webhook_evidence.decided_at, (hold_until <= coalesce($1::timestamptz, now()))::boolean AS expired
 FROM webhook_evidence
 WHERE status = 'held' AND next_check_at <= coalesce($1::timestamptz, now())
 ORDER BY next_check_at LIMIT $2
@@ -316,23 +295,8 @@ type WebhookEvidenceListDueParams struct {
 }
 
 type WebhookEvidenceListDueRow struct {
-	Provider         string
-	DeliveryID       string
-	EventType        string
-	Tools            []string
-	MatchBy          string
-	MatchValue       string
-	Outcome          string
-	ExternalObjectID string
-	Status           string
-	OperationID      *string
-	Reason           string
-	ReceivedAt       time.Time
-	HoldUntil        time.Time
-	Checks           int32
-	NextCheckAt      time.Time
-	DecidedAt        *time.Time
-	Expired          bool
+	WebhookEvidence WebhookEvidence
+	Expired         bool
 }
 
 // Held evidence due for another look, the longest waiting first; expired
@@ -347,22 +311,22 @@ func (q *Queries) WebhookEvidenceListDue(ctx context.Context, arg WebhookEvidenc
 	for rows.Next() {
 		var i WebhookEvidenceListDueRow
 		if err := rows.Scan(
-			&i.Provider,
-			&i.DeliveryID,
-			&i.EventType,
-			&i.Tools,
-			&i.MatchBy,
-			&i.MatchValue,
-			&i.Outcome,
-			&i.ExternalObjectID,
-			&i.Status,
-			&i.OperationID,
-			&i.Reason,
-			&i.ReceivedAt,
-			&i.HoldUntil,
-			&i.Checks,
-			&i.NextCheckAt,
-			&i.DecidedAt,
+			&i.WebhookEvidence.Provider,
+			&i.WebhookEvidence.DeliveryID,
+			&i.WebhookEvidence.EventType,
+			&i.WebhookEvidence.Tools,
+			&i.WebhookEvidence.MatchBy,
+			&i.WebhookEvidence.MatchValue,
+			&i.WebhookEvidence.Outcome,
+			&i.WebhookEvidence.ExternalObjectID,
+			&i.WebhookEvidence.Status,
+			&i.WebhookEvidence.OperationID,
+			&i.WebhookEvidence.Reason,
+			&i.WebhookEvidence.ReceivedAt,
+			&i.WebhookEvidence.HoldUntil,
+			&i.WebhookEvidence.Checks,
+			&i.WebhookEvidence.NextCheckAt,
+			&i.WebhookEvidence.DecidedAt,
 			&i.Expired,
 		); err != nil {
 			return nil, err
@@ -376,7 +340,7 @@ func (q *Queries) WebhookEvidenceListDue(ctx context.Context, arg WebhookEvidenc
 }
 
 const webhookEvidenceListHeld = `-- name: WebhookEvidenceListHeld :many
-SELECT provider, delivery_id, event_type, tools, match_by, match_value, outcome, external_object_id, status, operation_id, reason, received_at, hold_until, checks, next_check_at, decided_at, (hold_until <= coalesce($1::timestamptz, now()))::boolean AS expired
+SELECT webhook_evidence.provider, webhook_evidence.delivery_id, webhook_evidence.event_type, webhook_evidence.tools, webhook_evidence.match_by, webhook_evidence.match_value, webhook_evidence.outcome, webhook_evidence.external_object_id, webhook_evidence.status, webhook_evidence.operation_id, webhook_evidence.reason, webhook_evidence.received_at, webhook_evidence.hold_until, webhook_evidence.checks, webhook_evidence.next_check_at, webhook_evidence.decided_at, (hold_until <= coalesce($1::timestamptz, now()))::boolean AS expired
 FROM webhook_evidence
 WHERE status = 'held' AND match_value = ANY($2::text[])
 ORDER BY received_at, delivery_id
@@ -388,23 +352,8 @@ type WebhookEvidenceListHeldParams struct {
 }
 
 type WebhookEvidenceListHeldRow struct {
-	Provider         string
-	DeliveryID       string
-	EventType        string
-	Tools            []string
-	MatchBy          string
-	MatchValue       string
-	Outcome          string
-	ExternalObjectID string
-	Status           string
-	OperationID      *string
-	Reason           string
-	ReceivedAt       time.Time
-	HoldUntil        time.Time
-	Checks           int32
-	NextCheckAt      time.Time
-	DecidedAt        *time.Time
-	Expired          bool
+	WebhookEvidence WebhookEvidence
+	Expired         bool
 }
 
 // Held evidence whose match value is one of values: what is known about an
@@ -419,22 +368,22 @@ func (q *Queries) WebhookEvidenceListHeld(ctx context.Context, arg WebhookEviden
 	for rows.Next() {
 		var i WebhookEvidenceListHeldRow
 		if err := rows.Scan(
-			&i.Provider,
-			&i.DeliveryID,
-			&i.EventType,
-			&i.Tools,
-			&i.MatchBy,
-			&i.MatchValue,
-			&i.Outcome,
-			&i.ExternalObjectID,
-			&i.Status,
-			&i.OperationID,
-			&i.Reason,
-			&i.ReceivedAt,
-			&i.HoldUntil,
-			&i.Checks,
-			&i.NextCheckAt,
-			&i.DecidedAt,
+			&i.WebhookEvidence.Provider,
+			&i.WebhookEvidence.DeliveryID,
+			&i.WebhookEvidence.EventType,
+			&i.WebhookEvidence.Tools,
+			&i.WebhookEvidence.MatchBy,
+			&i.WebhookEvidence.MatchValue,
+			&i.WebhookEvidence.Outcome,
+			&i.WebhookEvidence.ExternalObjectID,
+			&i.WebhookEvidence.Status,
+			&i.WebhookEvidence.OperationID,
+			&i.WebhookEvidence.Reason,
+			&i.WebhookEvidence.ReceivedAt,
+			&i.WebhookEvidence.HoldUntil,
+			&i.WebhookEvidence.Checks,
+			&i.WebhookEvidence.NextCheckAt,
+			&i.WebhookEvidence.DecidedAt,
 			&i.Expired,
 		); err != nil {
 			return nil, err

@@ -17,7 +17,7 @@ VALUES (@provider, @delivery_id, @event_type, @tools::text[], @match_by, @match_
         coalesce(sqlc.narg('now')::timestamptz, now()),
         coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @hold_seconds::float8),
         coalesce(sqlc.narg('now')::timestamptz, now()))
-RETURNING *, (hold_until <= coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS expired;
+RETURNING *;
 
 -- name: WebhookEvidenceDecide :one
 -- Settles held evidence once: no row when another writer decided it first.
@@ -38,7 +38,7 @@ WHERE provider = @provider AND delivery_id = @delivery_id AND status = 'held';
 -- name: WebhookEvidenceListDue :many
 -- Held evidence due for another look, the longest waiting first; expired
 -- says its hold ran out.
-SELECT *, (hold_until <= coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS expired
+SELECT sqlc.embed(webhook_evidence), (hold_until <= coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS expired
 FROM webhook_evidence
 WHERE status = 'held' AND next_check_at <= coalesce(sqlc.narg('now')::timestamptz, now())
 ORDER BY next_check_at LIMIT @max_rows;
@@ -46,7 +46,7 @@ ORDER BY next_check_at LIMIT @max_rows;
 -- name: WebhookEvidenceListHeld :many
 -- Held evidence whose match value is one of values: what is known about an
 -- operation by its key, id or vendor object id.
-SELECT *, (hold_until <= coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS expired
+SELECT sqlc.embed(webhook_evidence), (hold_until <= coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS expired
 FROM webhook_evidence
 WHERE status = 'held' AND match_value = ANY(@match_values::text[])
 ORDER BY received_at, delivery_id;

@@ -113,11 +113,7 @@ func (r reads) InsertEvidence(ctx context.Context, e Evidence, hold time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("evidence %s/%s: %w", e.Provider, e.DeliveryID, translate(err))
 	}
-	return toEvidence(dbsqlc.WebhookEvidence{Provider: row.Provider, DeliveryID: row.DeliveryID, EventType: row.EventType,
-		Tools: row.Tools, MatchBy: row.MatchBy, MatchValue: row.MatchValue, Outcome: row.Outcome,
-		ExternalObjectID: row.ExternalObjectID, Status: row.Status, OperationID: row.OperationID, Reason: row.Reason,
-		ReceivedAt: row.ReceivedAt, HoldUntil: row.HoldUntil, Checks: row.Checks, NextCheckAt: row.NextCheckAt,
-		DecidedAt: row.DecidedAt}, row.Expired), nil
+	return toEvidence(row, hold <= 0), nil
 }
 
 // DecideEvidence settles held evidence with status (and the operation it
@@ -160,11 +156,7 @@ func (r reads) DueEvidence(ctx context.Context, limit int) ([]*Evidence, error) 
 	}
 	out := make([]*Evidence, len(rows))
 	for i, row := range rows {
-		out[i] = toEvidence(dbsqlc.WebhookEvidence{Provider: row.Provider, DeliveryID: row.DeliveryID, EventType: row.EventType,
-			Tools: row.Tools, MatchBy: row.MatchBy, MatchValue: row.MatchValue, Outcome: row.Outcome,
-			ExternalObjectID: row.ExternalObjectID, Status: row.Status, OperationID: row.OperationID, Reason: row.Reason,
-			ReceivedAt: row.ReceivedAt, HoldUntil: row.HoldUntil, Checks: row.Checks, NextCheckAt: row.NextCheckAt,
-			DecidedAt: row.DecidedAt}, row.Expired)
+		out[i] = toEvidence(row.WebhookEvidence, row.Expired)
 	}
 	return out, nil
 }
@@ -183,11 +175,7 @@ func (r reads) HeldEvidenceAbout(ctx context.Context, o *op.Operation) ([]*Evide
 	}
 	out := make([]*Evidence, len(rows))
 	for i, row := range rows {
-		out[i] = toEvidence(dbsqlc.WebhookEvidence{Provider: row.Provider, DeliveryID: row.DeliveryID, EventType: row.EventType,
-			Tools: row.Tools, MatchBy: row.MatchBy, MatchValue: row.MatchValue, Outcome: row.Outcome,
-			ExternalObjectID: row.ExternalObjectID, Status: row.Status, OperationID: row.OperationID, Reason: row.Reason,
-			ReceivedAt: row.ReceivedAt, HoldUntil: row.HoldUntil, Checks: row.Checks, NextCheckAt: row.NextCheckAt,
-			DecidedAt: row.DecidedAt}, row.Expired)
+		out[i] = toEvidence(row.WebhookEvidence, row.Expired)
 	}
 	return out, nil
 }

@@ -461,9 +461,9 @@ func TestWebhookBeforeDispatchIsHeldThenApplied(t *testing.T) {
 }
 
 // The maintenance leader's pass (in the maintainer's role) applies held
-// evidence once its operation can be settled, confirms evidence about an
-// operation that reached the outcome, and flags, with an alert, evidence
-// no operation explains once its hold (1 s here) ran out.
+// evidence once its operation can be settled, and once the hold (1 s here)
+// ran out flags, with an alert, evidence no operation explains
+// (out_of_band) and evidence about an operation a person owns (expired).
 func TestMaintainerSettlesAndExpiresHeldEvidence(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -480,6 +480,15 @@ func TestMaintainerSettlesAndExpiresHeldEvidence(t *testing.T) {
 	ghost := paymentEvent("payment.succeeded", "payment:o_never:capture:4900:USD:v1", "ch_ghost")
 	require.Equal(t, 200, b.post(t, "/webhooks/payments", std(t, testSecret, "msg_ghost", 0, ghost), ghost).status)
 
+	// Escalated to a person: a webhook may not settle it; once the hold
+	// runs out, the evidence is flagged for that person.
+	esc := b.unknownCapture(t, "o_escalated")
+	esc, err = b.Store.Transition(b.Ctx, store.Change{OperationID: esc.ID, From: esc.State, LeaseEpoch: esc.LeaseEpoch,
+		Events: []op.Event{op.EventEscalate}, Actor: "test"})
+	require.NoError(t, err)
+	escBody := paymentEvent("payment.succeeded", esc.IdempotencyKey, "ch_escalated")
+	require.Equal(t, 200, b.post(t, "/webhooks/payments", std(t, testSecret, "msg_escalated", 0, escBody), escBody).status)
+
 	require.NoError(t, b.Vendors.InjectFault(vendors.Fault{Route: vendors.RouteCapture, Kind: vendors.FaultTimeoutAfterCommit}))
 	d := dispatch.New(dispatch.Config{Name: "dispatcher-1"}, b.Store, b.Bus, b.Registry, b.Adapters, nil, b.Log)
 	require.NoError(t, d.Handle(b.Ctx, b.LastCommand(t, o, wire.KindDispatch).Delivery(1)))
@@ -493,8 +502,10 @@ func TestMaintainerSettlesAndExpiresHeldEvidence(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, err := mt.SettleHeld(b.Ctx)
 		require.NoError(t, err)
-		return status("msg_held") == store.EvidenceApplied && status("msg_ghost") == store.EvidenceOutOfBand
+		return status("msg_held") == store.EvidenceApplied && status("msg_ghost") == store.EvidenceOutOfBand &&
+			status("msg_escalated") == store.EvidenceExpired
 	}, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, op.StateEscalated, b.Operation(t, esc.ID).State, "the person decides")
 	o = b.Operation(t, o.ID)
 	require.Equal(t, op.StateCompletedSuccess, o.State)
 	require.Equal(t, "ch_held", o.ExternalObjectID)
@@ -507,11 +518,17 @@ func TestMaintainerSettlesAndExpiresHeldEvidence(t *testing.T) {
 			alerts = append(alerts, a)
 		}
 	}
-	require.Len(t, alerts, 1)
-	require.Equal(t, wire.AlertWebhookOutOfBand, alerts[0].Kind)
-	require.Equal(t, "msg_ghost", alerts[0].DeliveryID)
-	require.Equal(t, "ch_ghost", alerts[0].ExternalObjectID)
-	require.Empty(t, alerts[0].OperationID)
+	require.Len(t, alerts, 2)
+	byID := map[string]wire.Alert{}
+	for _, a := range alerts {
+		byID[a.DeliveryID] = a
+	}
+	require.Equal(t, wire.AlertWebhookOutOfBand, byID["msg_ghost"].Kind)
+	require.Equal(t, "ch_ghost", byID["msg_ghost"].ExternalObjectID)
+	require.Empty(t, byID["msg_ghost"].OperationID)
+	require.Equal(t, wire.AlertWebhookExpired, byID["msg_escalated"].Kind)
+	require.Equal(t, esc.ID, byID["msg_escalated"].OperationID)
+	require.Equal(t, string(op.StateEscalated), byID["msg_escalated"].State)
 
 	// Nothing is due any more: the pass decides nothing.
 	n, err := mt.SettleHeld(b.Ctx)
