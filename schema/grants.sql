@@ -84,6 +84,14 @@ GRANT SELECT ON outbox TO opledger_relay, opledger_maintainer, opledger_operator
 GRANT UPDATE (claimed_by, claimed_until, publish_count, sent_at, last_error, publish_failures, parked_at, available_at)
     ON outbox TO opledger_relay;
 GRANT DELETE ON outbox TO opledger_maintainer;
+-- Operators put parked rows back to be published (OutboxRequeueParked).
+GRANT UPDATE (parked_at, publish_failures, claimed_until, available_at) ON outbox TO opledger_operator;
+
+-- reconcile_lookups: the reconciler counts the lookups of each ambiguous
+-- outcome in the ledger; the maintainer reads them (a command only held
+-- back is not re-driven) and deletes those of episodes that are over.
+GRANT SELECT, INSERT, UPDATE (version, failures, lookups, last_at, next_at) ON reconcile_lookups TO opledger_reconciler;
+GRANT SELECT, DELETE ON reconcile_lookups TO opledger_maintainer;
 
 -- entity_leases: dispatchers take an entity's lease; every transition that
 -- ends an operation's time in flight gives it back.
@@ -107,7 +115,7 @@ GRANT INSERT ON approval_votes TO opledger_operator;
 GRANT SELECT, INSERT ON audit_log TO opledger_operator;
 
 -- maintenance_leader: who leads maintenance, for people.
-GRANT SELECT, INSERT, UPDATE (holder, elected_at, heartbeat_at) ON maintenance_leader TO opledger_maintainer;
+GRANT SELECT, INSERT, UPDATE (holder, elected_at, heartbeat_at, ops_stream_created_at) ON maintenance_leader TO opledger_maintainer;
 GRANT SELECT ON maintenance_leader TO opledger_operator;
 
 -- webhook_evidence: planner-ingest's webhook intake records what a delivery

@@ -87,6 +87,7 @@ var forbidden = map[string][]string{
 		`INSERT INTO audit_log (actor, role, action, outcome) VALUES ('a', 'admin', 'x', 'ok')`,
 		`INSERT INTO entity_leases (entity_type, entity_id, operation_id, expires_at) VALUES ('t', 'e', 'o', now())`,
 		`UPDATE maintenance_leader SET holder = 'me'`,
+		`INSERT INTO reconcile_lookups (operation_id, version) VALUES ('o', 1)`,
 	},
 	"opledger_dispatcher": {
 		`SELECT * FROM webhook_evidence`,
@@ -101,6 +102,7 @@ var forbidden = map[string][]string{
 		`UPDATE approval_requests SET status = 'approved'`,
 		`INSERT INTO audit_log (actor, role, action, outcome) VALUES ('a', 'admin', 'x', 'ok')`,
 		`UPDATE entity_versions SET seq = 1`,
+		`SELECT * FROM reconcile_lookups`,
 	},
 	"opledger_reconciler": {
 		`INSERT INTO webhook_evidence (provider, delivery_id, event_type, tools, match_by, match_value, outcome, hold_until) VALUES ('p', 'd', 't', '{}', 'idempotency_key', 'k', 'success', now())`,
@@ -134,6 +136,7 @@ var forbidden = map[string][]string{
 		`UPDATE outbox SET sent_at = now()`,
 		`INSERT INTO approval_votes (operation_id, approver, decision, args_hash, reason) VALUES ('o', 'me', 'approve', 'h', 'r')`,
 		`INSERT INTO audit_log (actor, role, action, outcome) VALUES ('a', 'admin', 'x', 'ok')`,
+		`UPDATE reconcile_lookups SET failures = 0`,
 	},
 	"opledger_relay": {
 		`SELECT * FROM webhook_evidence`,

@@ -16,7 +16,9 @@ import (
 // settleTimeout bounds how long a crash test waits for the promise to hold
 // after the crash. The slowest recovery path is a command pulled by a
 // process that died: JetStream redelivers it after the consumer's AckWait
-// (30 s for intents, 60 s for dispatch and reconcile commands).
+// (30 s for intents and failed commands, 10 s for dispatch and reconcile
+// commands), and an operation its dispatcher held waits in dispatched for
+// the sweeper (its attempt's deadline plus 5 s of grace).
 const settleTimeout = 3 * time.Minute
 
 // crashCase arms one failpoint in one instance.

@@ -40,6 +40,8 @@ The human loop, as a client of the operators' HTTP API (docs/openapi.yaml):
   compensate ID -reason R   run the tool's compensation playbook (a new operation)
   webhooks                  webhook evidence, by default what was flagged for a person
                             (out of band, contradicting, expired) [-status S] [-provider P] [-limit N]
+  parked [-limit N]         outbox messages NATS refused until they were parked
+  requeue ID -reason R      publish a parked message again (its outbox row id)
 
 Every command takes -api URL (default $OPLEDGER_API_URL, else http://127.0.0.1:8480),
 -token (default $OPLEDGER_API_TOKEN; prefer the variable: flags show in process lists),
@@ -61,6 +63,7 @@ func runOps(ctx context.Context, args []string, env func(string) (string, bool),
 	cmds := map[string]func(context.Context, *opsCmd, []string) error{
 		"list": opsList, "show": opsShow, "approve": opsApprove, "deny": opsDeny,
 		"resolve": opsResolve, "cancel": opsCancel, "compensate": opsCompensate, "webhooks": opsWebhooks,
+		"parked": opsParked, "requeue": opsRequeue,
 	}
 	fn, ok := cmds[args[0]]
 	if !ok {
@@ -102,7 +105,7 @@ func (c *opsCmd) parse(args []string, want int) (string, error) {
 	id := ""
 	if want == 1 {
 		if c.fs.NArg() == 0 {
-			fmt.Fprintf(c.stderr, "opledger ops %s: the operation id is missing\n", c.name)
+			fmt.Fprintf(c.stderr, "opledger ops %s: the id is missing\n", c.name)
 			return "", errUsage
 		}
 		id = c.fs.Arg(0)

@@ -7,10 +7,11 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 )
 
 const leaderGet = `-- name: LeaderGet :one
-SELECT id, holder, elected_at, heartbeat_at FROM maintenance_leader WHERE id = 1
+SELECT id, holder, elected_at, heartbeat_at, ops_stream_created_at FROM maintenance_leader WHERE id = 1
 `
 
 func (q *Queries) LeaderGet(ctx context.Context) (MaintenanceLeader, error) {
@@ -21,6 +22,7 @@ func (q *Queries) LeaderGet(ctx context.Context) (MaintenanceLeader, error) {
 		&i.Holder,
 		&i.ElectedAt,
 		&i.HeartbeatAt,
+		&i.OpsStreamCreatedAt,
 	)
 	return i, err
 }
@@ -57,6 +59,20 @@ func (q *Queries) LeaderKeepalive(ctx context.Context, arg LeaderKeepaliveParams
 	return err
 }
 
+const leaderOpsStreamCreated = `-- name: LeaderOpsStreamCreated :one
+SELECT ops_stream_created_at FROM maintenance_leader WHERE id = 1
+`
+
+// The OPS stream's creation time as the maintenance leader last saw it
+// (NULL: never seen), kept in the ledger so that the next leader compares
+// with it.
+func (q *Queries) LeaderOpsStreamCreated(ctx context.Context) (*time.Time, error) {
+	row := q.db.QueryRow(ctx, leaderOpsStreamCreated)
+	var ops_stream_created_at *time.Time
+	err := row.Scan(&ops_stream_created_at)
+	return ops_stream_created_at, err
+}
+
 const leaderRecord = `-- name: LeaderRecord :exec
 INSERT INTO maintenance_leader (id, holder, elected_at, heartbeat_at)
 VALUES (1, $1, now(), now())
@@ -70,6 +86,18 @@ ON CONFLICT (id) DO UPDATE SET
 func (q *Queries) LeaderRecord(ctx context.Context, holder string) error {
 	_, err := q.db.Exec(ctx, leaderRecord, holder)
 	return err
+}
+
+const leaderSetOpsStreamCreated = `-- name: LeaderSetOpsStreamCreated :execrows
+UPDATE maintenance_leader SET ops_stream_created_at = $1 WHERE id = 1
+`
+
+func (q *Queries) LeaderSetOpsStreamCreated(ctx context.Context, created *time.Time) (int64, error) {
+	result, err := q.db.Exec(ctx, leaderSetOpsStreamCreated, created)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const leaderTryLock = `-- name: LeaderTryLock :one

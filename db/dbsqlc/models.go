@@ -89,10 +89,11 @@ type Inbox struct {
 }
 
 type MaintenanceLeader struct {
-	ID          int32
-	Holder      string
-	ElectedAt   time.Time
-	HeartbeatAt time.Time
+	ID                 int32
+	Holder             string
+	ElectedAt          time.Time
+	HeartbeatAt        time.Time
+	OpsStreamCreatedAt *time.Time
 }
 
 type Operation struct {
@@ -158,6 +159,15 @@ type Outbox struct {
 	SentAt          *time.Time
 	PublishFailures int32
 	ParkedAt        *time.Time
+}
+
+type ReconcileLookup struct {
+	OperationID string
+	Version     int64
+	Failures    int32
+	Lookups     int32
+	LastAt      time.Time
+	NextAt      time.Time
 }
 
 type WebhookEvidence struct {

@@ -306,33 +306,32 @@ func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string
 const operationListDispatchedUnclaimed = `-- name: OperationListDispatchedUnclaimed :many
 SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant FROM operations o
 WHERE o.state = 'dispatched'
-  AND o.updated_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
   AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch
-                  AND a.finished_at IS NULL
-                  AND a.deadline_at >= coalesce($1::timestamptz, now()) - make_interval(secs => $3::float8))
+                  AND a.finished_at IS NULL)
+  AND coalesce((SELECT max(a.deadline_at) FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch),
+               o.updated_at)
+      < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
 ORDER BY o.updated_at
-LIMIT $4
+LIMIT $3
 `
 
 type OperationListDispatchedUnclaimedParams struct {
-	Now              *time.Time
-	OlderThanSeconds float64
-	GraceSeconds     float64
-	MaxRows          int32
+	Now          *time.Time
+	GraceSeconds float64
+	MaxRows      int32
 }
 
-// Operations in dispatched with no open attempt at their lease epoch past its
-// deadline: stranded by something other than a dead dispatcher (the
-// attempt row says it finished, yet the operation never moved). The
-// re-drive pass looks for them too, so that every operation in dispatched
-// past its attempt's deadline is swept, whatever its attempts say.
+// Operations in dispatched that no unfinished attempt at their lease epoch
+// holds (the attempt says it finished, yet the operation never moved; or
+// there is no attempt at all), past the deadline of their latest attempt
+// at that epoch plus grace on the database's clock (without one: the time
+// they entered dispatched plus grace). Open attempts past their deadline
+// are OperationListStuckDispatched's; between them the sweeper catches
+// every operation in dispatched past its attempt's deadline, whatever its
+// attempts say. Without an index on state (so that transitions stay HOT)
+// this scans operations: the sweeper runs it less often than the other.
 func (q *Queries) OperationListDispatchedUnclaimed(ctx context.Context, arg OperationListDispatchedUnclaimedParams) ([]Operation, error) {
-	rows, err := q.db.Query(ctx, operationListDispatchedUnclaimed,
-		arg.Now,
-		arg.OlderThanSeconds,
-		arg.GraceSeconds,
-		arg.MaxRows,
-	)
+	rows, err := q.db.Query(ctx, operationListDispatchedUnclaimed, arg.Now, arg.GraceSeconds, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
@@ -467,13 +466,20 @@ SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity
 WHERE o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
   AND o.updated_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
   AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL AND b.parked_at IS NULL)
-ORDER BY o.updated_at
-LIMIT $3
+  AND NOT EXISTS (SELECT 1 FROM reconcile_lookups l WHERE l.operation_id = o.id AND l.version = o.version
+                  AND l.next_at >= coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8))
+  -- the next page of one pass: re-driving changes nothing this orders by
+  AND ($3::timestamptz IS NULL
+       OR (o.updated_at, o.id) > ($3::timestamptz, $4::text))
+ORDER BY o.updated_at, o.id
+LIMIT $5
 `
 
 type OperationListUnattendedParams struct {
 	Now              *time.Time
 	OlderThanSeconds float64
+	AfterUpdatedAt   *time.Time
+	AfterID          string
 	MaxRows          int32
 }
 
@@ -483,9 +489,19 @@ type OperationListUnattendedParams struct {
 // terminated message, a NATS server that lost its store). Without an index
 // on state (so that transitions stay HOT) this scans operations, so it runs
 // rarely, in the maintenance leader only; the NOT EXISTS probes only unsent
-// outbox rows (outbox_unsent_idx), few by design.
+// outbox rows (outbox_unsent_idx), few by design. A reconcile command that
+// the reconciler is only holding back (it looked and will look again:
+// reconcile_lookups.next_at) is alive, not lost, until its next lookup is
+// overdue by the cutoff as well: writing it again would only reset
+// JetStream's delivery count and add outbox rows.
 func (q *Queries) OperationListUnattended(ctx context.Context, arg OperationListUnattendedParams) ([]Operation, error) {
-	rows, err := q.db.Query(ctx, operationListUnattended, arg.Now, arg.OlderThanSeconds, arg.MaxRows)
+	rows, err := q.db.Query(ctx, operationListUnattended,
+		arg.Now,
+		arg.OlderThanSeconds,
+		arg.AfterUpdatedAt,
+		arg.AfterID,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}

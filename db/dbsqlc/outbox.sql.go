@@ -241,6 +241,59 @@ func (q *Queries) OutboxListParked(ctx context.Context, maxRows int32) ([]Outbox
 	return items, nil
 }
 
+const outboxListParkedForOperators = `-- name: OutboxListParkedForOperators :many
+SELECT id, subject, msg_id, operation_id, publish_count, publish_failures, last_error, created_at, parked_at,
+       octet_length(payload)::bigint AS payload_bytes
+FROM outbox WHERE parked_at IS NOT NULL
+ORDER BY parked_at, id LIMIT $1
+`
+
+type OutboxListParkedForOperatorsRow struct {
+	ID              int64
+	Subject         string
+	MsgID           string
+	OperationID     *string
+	PublishCount    int32
+	PublishFailures int32
+	LastError       string
+	CreatedAt       time.Time
+	ParkedAt        *time.Time
+	PayloadBytes    int64
+}
+
+// Parked rows for people, oldest first, without their payloads (which may
+// be the megabytes NATS refused): only how big they are.
+func (q *Queries) OutboxListParkedForOperators(ctx context.Context, maxRows int32) ([]OutboxListParkedForOperatorsRow, error) {
+	rows, err := q.db.Query(ctx, outboxListParkedForOperators, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OutboxListParkedForOperatorsRow{}
+	for rows.Next() {
+		var i OutboxListParkedForOperatorsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Subject,
+			&i.MsgID,
+			&i.OperationID,
+			&i.PublishCount,
+			&i.PublishFailures,
+			&i.LastError,
+			&i.CreatedAt,
+			&i.ParkedAt,
+			&i.PayloadBytes,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxMarkSent = `-- name: OutboxMarkSent :execrows
 UPDATE outbox SET sent_at = coalesce($1::timestamptz, now()), claimed_until = NULL
 WHERE id = ANY($2::bigint[]) AND sent_at IS NULL AND claimed_by = $3
@@ -298,4 +351,51 @@ func (q *Queries) OutboxRelease(ctx context.Context, arg OutboxReleaseParams) (i
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const outboxRequeueParked = `-- name: OutboxRequeueParked :many
+UPDATE outbox SET parked_at = NULL, publish_failures = 0, claimed_until = NULL,
+    available_at = coalesce($1::timestamptz, now())
+WHERE id = ANY($2::bigint[]) AND parked_at IS NOT NULL AND sent_at IS NULL
+RETURNING id, subject, msg_id, operation_id
+`
+
+type OutboxRequeueParkedParams struct {
+	Now *time.Time
+	Ids []int64
+}
+
+type OutboxRequeueParkedRow struct {
+	ID          int64
+	Subject     string
+	MsgID       string
+	OperationID *string
+}
+
+// An operator puts parked rows back to be published (once the reason they
+// were refused is fixed, say NATS's max_payload raised): due at once, with
+// their failures counted from zero again. Their last error is kept.
+func (q *Queries) OutboxRequeueParked(ctx context.Context, arg OutboxRequeueParkedParams) ([]OutboxRequeueParkedRow, error) {
+	rows, err := q.db.Query(ctx, outboxRequeueParked, arg.Now, arg.Ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OutboxRequeueParkedRow{}
+	for rows.Next() {
+		var i OutboxRequeueParkedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Subject,
+			&i.MsgID,
+			&i.OperationID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

@@ -31,3 +31,12 @@ SELECT set_config('tcp_keepalives_idle', @idle_seconds::text, false),
 -- it has been idle for longer than the leader's heartbeats can be apart
 -- (PostgreSQL 14+; older servers answer undefined_object).
 SELECT set_config('idle_session_timeout', @timeout_ms::text, false);
+
+-- name: LeaderOpsStreamCreated :one
+-- The OPS stream's creation time as the maintenance leader last saw it
+-- (NULL: never seen), kept in the ledger so that the next leader compares
+-- with it.
+SELECT ops_stream_created_at FROM maintenance_leader WHERE id = 1;
+
+-- name: LeaderSetOpsStreamCreated :execrows
+UPDATE maintenance_leader SET ops_stream_created_at = @created WHERE id = 1;

@@ -153,26 +153,40 @@ SELECT state, count(*)::bigint AS n FROM operations GROUP BY state ORDER BY stat
 -- terminated message, a NATS server that lost its store). Without an index
 -- on state (so that transitions stay HOT) this scans operations, so it runs
 -- rarely, in the maintenance leader only; the NOT EXISTS probes only unsent
--- outbox rows (outbox_unsent_idx), few by design.
+-- outbox rows (outbox_unsent_idx), few by design. A reconcile command that
+-- the reconciler is only holding back (it looked and will look again:
+-- reconcile_lookups.next_at) is alive, not lost, until its next lookup is
+-- overdue by the cutoff as well: writing it again would only reset
+-- JetStream's delivery count and add outbox rows.
 SELECT o.* FROM operations o
 WHERE o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
   AND o.updated_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @older_than_seconds::float8)
   AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL AND b.parked_at IS NULL)
-ORDER BY o.updated_at
+  AND NOT EXISTS (SELECT 1 FROM reconcile_lookups l WHERE l.operation_id = o.id AND l.version = o.version
+                  AND l.next_at >= coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @older_than_seconds::float8))
+  -- the next page of one pass: re-driving changes nothing this orders by
+  AND (sqlc.narg('after_updated_at')::timestamptz IS NULL
+       OR (o.updated_at, o.id) > (sqlc.narg('after_updated_at')::timestamptz, @after_id::text))
+ORDER BY o.updated_at, o.id
 LIMIT @max_rows;
 
 -- name: OperationListDispatchedUnclaimed :many
--- Operations in dispatched with no open attempt at their lease epoch past its
--- deadline: stranded by something other than a dead dispatcher (the
--- attempt row says it finished, yet the operation never moved). The
--- re-drive pass looks for them too, so that every operation in dispatched
--- past its attempt's deadline is swept, whatever its attempts say.
+-- Operations in dispatched that no unfinished attempt at their lease epoch
+-- holds (the attempt says it finished, yet the operation never moved; or
+-- there is no attempt at all), past the deadline of their latest attempt
+-- at that epoch plus grace on the database's clock (without one: the time
+-- they entered dispatched plus grace). Open attempts past their deadline
+-- are OperationListStuckDispatched's; between them the sweeper catches
+-- every operation in dispatched past its attempt's deadline, whatever its
+-- attempts say. Without an index on state (so that transitions stay HOT)
+-- this scans operations: the sweeper runs it less often than the other.
 SELECT o.* FROM operations o
 WHERE o.state = 'dispatched'
-  AND o.updated_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @older_than_seconds::float8)
   AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch
-                  AND a.finished_at IS NULL
-                  AND a.deadline_at >= coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @grace_seconds::float8))
+                  AND a.finished_at IS NULL)
+  AND coalesce((SELECT max(a.deadline_at) FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch),
+               o.updated_at)
+      < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @grace_seconds::float8)
 ORDER BY o.updated_at
 LIMIT @max_rows;
 

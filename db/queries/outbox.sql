@@ -65,3 +65,20 @@ DELETE FROM outbox WHERE id IN (
     WHERE sent_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @older_than_seconds::float8)
     ORDER BY id LIMIT @max_rows
 );
+
+-- name: OutboxListParkedForOperators :many
+-- Parked rows for people, oldest first, without their payloads (which may
+-- be the megabytes NATS refused): only how big they are.
+SELECT id, subject, msg_id, operation_id, publish_count, publish_failures, last_error, created_at, parked_at,
+       octet_length(payload)::bigint AS payload_bytes
+FROM outbox WHERE parked_at IS NOT NULL
+ORDER BY parked_at, id LIMIT @max_rows;
+
+-- name: OutboxRequeueParked :many
+-- An operator puts parked rows back to be published (once the reason they
+-- were refused is fixed, say NATS's max_payload raised): due at once, with
+-- their failures counted from zero again. Their last error is kept.
+UPDATE outbox SET parked_at = NULL, publish_failures = 0, claimed_until = NULL,
+    available_at = coalesce(sqlc.narg('now')::timestamptz, now())
+WHERE id = ANY(@ids::bigint[]) AND parked_at IS NOT NULL AND sent_at IS NULL
+RETURNING id, subject, msg_id, operation_id;

@@ -1,5 +1,6 @@
 // Package api is the operators' HTTP API: the human loop of internal/ops
-// (list, show, approve, deny, resolve, cancel, compensate) over JSON, behind
+// (list, show, approve, deny, resolve, cancel, compensate; parked outbox
+// rows and their requeue) over JSON, behind
 // bearer tokens that name an actor and a role. The CLI (opledger ops) is a
 // client of it. docs/openapi.yaml describes every route; it is served at
 // GET /v1/openapi.yaml.
@@ -74,6 +75,8 @@ var routes = []Route{
 	{Method: http.MethodPost, Path: "/v1/operations/{id}/cancel"},
 	{Method: http.MethodPost, Path: "/v1/operations/{id}/compensate"},
 	{Method: http.MethodGet, Path: "/v1/webhooks"},
+	{Method: http.MethodGet, Path: "/v1/outbox/parked"},
+	{Method: http.MethodPost, Path: "/v1/outbox/parked/{id}/requeue"},
 }
 
 // Routes returns the routes Mount registers.
@@ -118,6 +121,8 @@ func (a *API) Mount(mux *http.ServeMux) {
 		"POST /v1/operations/{id}/cancel":     a.cancel,
 		"POST /v1/operations/{id}/compensate": a.compensate,
 		"GET /v1/webhooks":                    a.webhooks,
+		"GET /v1/outbox/parked":               a.parked,
+		"POST /v1/outbox/parked/{id}/requeue": a.requeue,
 	}
 	for _, rt := range routes {
 		if rt.Public {

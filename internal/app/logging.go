@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -56,4 +57,11 @@ func hostname() string {
 		return "opledger"
 	}
 	return h
+}
+
+// defaultInstance names a process that was given no instance name: its host
+// and process id, so that two processes on one host never share the names
+// that fence their work (relay claims, attempt and leader rows).
+func defaultInstance() string {
+	return hostname() + "-" + strconv.Itoa(os.Getpid())
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/opledger/opledger/internal/api"
 	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/maintain"
 	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/webhook"
@@ -59,6 +60,10 @@ type ServiceConfig struct {
 	Consumer bus.Tuning
 	// StatementTimeout bounds ledger statements without a deadline.
 	StatementTimeout time.Duration
+	// OutboxRetention and RejectedRetention are how long the maintenance
+	// leader (reconciler only) keeps published outbox rows and the inbox
+	// rows of rejected intents (zero: maintain.Config's defaults).
+	OutboxRetention, RejectedRetention time.Duration
 	// Stderr receives the logs.
 	Stderr io.Writer
 
@@ -97,7 +102,7 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 		}
 		return nil
 	})
-	fs.StringVar(&cfg.Instance, "instance", env("OPLEDGER_INSTANCE", hostname()), "instance name in logs and attempt rows [OPLEDGER_INSTANCE]")
+	fs.StringVar(&cfg.Instance, "instance", env("OPLEDGER_INSTANCE", defaultInstance()), "instance name in logs and attempt rows (default: host name and process id) [OPLEDGER_INSTANCE]")
 	fs.IntVar(&cfg.Instances, "instances", 1, "dispatcher instances in this process (dispatcher only)")
 	fs.IntVar(&cfg.Relays, "relays", 1, "outbox relays in this process")
 	fs.BoolVar(&cfg.Migrate, "migrate", false, "apply schema migrations before starting (needs the migrator's DATABASE_URL, not a service's login user)")
@@ -117,7 +122,14 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 		cfg.WebhookSecretFiles[p] = file
 		return nil
 	})
-	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", time.Minute, "how long start-up waits for Postgres and NATS")
+	connectTimeout := time.Minute
+	if v := env("OPLEDGER_CONNECT_TIMEOUT", ""); v != "" {
+		var err error
+		if connectTimeout, err = time.ParseDuration(v); err != nil || connectTimeout <= 0 {
+			return cfg, fmt.Errorf("%s: OPLEDGER_CONNECT_TIMEOUT=%q is not a positive duration like 1m", name, v)
+		}
+	}
+	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", connectTimeout, "how long start-up waits for Postgres and NATS, trying again with backoff [OPLEDGER_CONNECT_TIMEOUT]")
 	durations := []struct {
 		name, env, usage string
 		to               *time.Duration
@@ -126,6 +138,8 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 		{"heartbeat", "OPLEDGER_HEARTBEAT", "how often a command still being handled is reported in progress (0: a third of the ack wait)", &cfg.Consumer.Heartbeat},
 		{"nak-delay", "OPLEDGER_NAK_DELAY", "how long a command given back while Postgres is unreachable waits before redelivery (0: 1s)", &cfg.Consumer.NakDelay},
 		{"statement-timeout", "OPLEDGER_STATEMENT_TIMEOUT", "bound on each Postgres statement without a deadline of its own (0: 10s)", &cfg.StatementTimeout},
+		{"outbox-retention", "OPLEDGER_OUTBOX_RETENTION", "reconciler (maintenance leader): how long published outbox rows are kept (0: 1h)", &cfg.OutboxRetention},
+		{"rejected-retention", "OPLEDGER_REJECTED_RETENTION", "reconciler (maintenance leader): how long the inbox rows of rejected intents are kept; their event ids are judged again as new after it (0: 168h)", &cfg.RejectedRetention},
 	}
 	for _, d := range durations {
 		def := time.Duration(0)
@@ -215,7 +229,8 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 		DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
 		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays, SetRoles: cfg.SetRoles,
 		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout, WebhookSecrets: webhookSecrets,
-		Metrics: telemetry.NewMetrics(promReg), Log: base,
+		Maintain: maintain.Config{OutboxRetention: cfg.OutboxRetention, RejectedRetention: cfg.RejectedRetention},
+		Metrics:  telemetry.NewMetrics(promReg), Log: base,
 	})
 	if err != nil {
 		return err

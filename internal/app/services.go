@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/webhook"
+	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/registry"
 	"github.com/opledger/opledger/pkg/wire"
 )
@@ -82,7 +84,8 @@ type ServicesConfig struct {
 	Registry    *registry.Registry
 	// Run lists the services to start (AllServices when empty).
 	Run []string
-	// Instance prefixes instance names in attempt rows and logs (default the host name).
+	// Instance prefixes instance names in attempt rows and logs (default the
+	// host name and the process id).
 	Instance string
 	// Dispatchers is the number of dispatcher instances in this process
 	// (default 1); each has its own NATS connection, as separate processes would.
@@ -185,7 +188,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		}
 	}
 	if cfg.Instance == "" {
-		cfg.Instance = hostname()
+		cfg.Instance = defaultInstance()
 	}
 	if cfg.Dispatchers <= 0 {
 		cfg.Dispatchers = 1
@@ -384,8 +387,13 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 	if err != nil {
 		return nil, err
 	}
+	// A relay's id fences its claims (a relay marks only rows it still
+	// holds), so it must be unique even when two processes were given one
+	// instance name: each process adds a random token of its own.
+	token := op.NewID("")
+	token = strings.ToLower(token[len(token)-6:])
 	for i := range cfg.Relays {
-		rname := fmt.Sprintf("%s/relay-%d", cfg.Instance, i+1)
+		rname := fmt.Sprintf("%s/relay-%d-%s", cfg.Instance, i+1, token)
 		log := logFor(process, cfg.Instance)
 		b, err := connect(rname, log)
 		if err != nil {

@@ -140,11 +140,24 @@ func observe(lanes [][]*phase, ledger map[string]*ledgerOp, inbox map[string]*st
 			total += n
 		}
 	}
+	// The operations the agent asked for: those its messages were answered with.
+	askedFor := map[string]bool{}
+	for _, lane := range lanes {
+		for _, p := range lane {
+			for _, a := range p.actions {
+				for _, m := range a.msgs {
+					if e := inbox[m.eventID]; e != nil && e.OperationID != "" {
+						askedFor[e.OperationID] = true
+					}
+				}
+			}
+		}
+	}
 	attributed := 0
 	for _, l := range ledger {
 		o := l.op
 		x := OperationObs{ID: o.ID, Scenario: scenarioOf[o.WorkflowID], Tool: o.Tool, State: o.State,
-			Compensation: o.CompensatesID != "", FinalResultAt: tr.settledAt(o.ID)}
+			Compensation: o.CompensatesID != "", FinalResultAt: tr.settledAt(o.ID), AskedFor: askedFor[o.ID]}
 		if m := byKey[effectKind[o.Tool]]; m != nil {
 			x.Effects = m[o.IdempotencyKey]
 			attributed += x.Effects
@@ -168,7 +181,7 @@ func observe(lanes [][]*phase, ledger map[string]*ledgerOp, inbox map[string]*st
 			for _, a := range p.actions {
 				ao := ActionObs{ID: a.id, Scenario: a.scenario, Tool: a.tool.name, NearDuplicate: a.near, PublishedAt: tr.firstPublish(a)}
 				for _, m := range a.msgs {
-					mo := MessageObs{EventID: m.eventID, Kind: m.kind}
+					mo := MessageObs{EventID: m.eventID, Kind: m.kind, Published: tr.wasPublished(m.eventID), Answered: tr.isAnswered(m.eventID)}
 					if e := inbox[m.eventID]; e != nil {
 						mo.Decision, mo.OperationID, mo.Redeliveries = e.Decision, e.OperationID, e.DuplicateCount
 					}

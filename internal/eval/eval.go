@@ -86,6 +86,11 @@ type Config struct {
 	// them with SIGKILL every KillEvery (default 5s), with failpoints armed.
 	Kill      bool
 	KillEvery time.Duration
+	// NATSRestartEvery, when set, runs the eval's own NATS server (file
+	// storage) and restarts it on its port and store this often while the
+	// lanes run: every service and the agent must reconnect, and nothing
+	// may be lost or left unanswered.
+	NATSRestartEvery time.Duration
 	// ServiceCommand starts one service in kill mode: the service's name
 	// and its flags are appended (e.g. {"/path/opledger", "service"}). The
 	// processes get only the environment the eval gives them (Postgres,
@@ -112,15 +117,17 @@ type Setting struct {
 
 // Report is a run's result.
 type Report struct {
-	RunID     string      `json:"run_id"`
-	Settings  []Setting   `json:"config"`
-	Where     []string    `json:"infrastructure"`
-	KPIs      KPIs        `json:"kpis"`
-	Scenarios []Scenario  `json:"scenarios"`
-	Kill      *KillStats  `json:"kill,omitempty"`
-	Findings  []Finding   `json:"findings,omitempty"`
-	Seconds   float64     `json:"seconds"`
-	Faults    []FaultPlan `json:"faults"`
+	RunID     string     `json:"run_id"`
+	Settings  []Setting  `json:"config"`
+	Where     []string   `json:"infrastructure"`
+	KPIs      KPIs       `json:"kpis"`
+	Scenarios []Scenario `json:"scenarios"`
+	Kill      *KillStats `json:"kill,omitempty"`
+	// NATSRestarts is how many times the NATS server was restarted.
+	NATSRestarts int         `json:"nats_restarts,omitempty"`
+	Findings     []Finding   `json:"findings,omitempty"`
+	Seconds      float64     `json:"seconds"`
+	Faults       []FaultPlan `json:"faults"`
 }
 
 // Scenario is one scenario's KPIs.
@@ -153,21 +160,24 @@ type Finding struct {
 	Messages       map[string]string `json:"messages,omitempty"` // event id → decision, of the actions it serves
 }
 
-// Failed reports whether the run found a duplicate side effect or an
-// unsettled operation.
+// Failed reports whether the run found a duplicate side effect, a false
+// suppression, a lost set-back, an unsettled operation, or an intent or a
+// settlement the agent was never told about.
 func (r *Report) Failed() bool {
 	k := r.KPIs
-	return k.DuplicateEffects > 0 || k.Unsettled > 0 || k.FalseDedupes > 0 || k.LostSetBacks > 0
+	return k.DuplicateEffects > 0 || k.Unsettled > 0 || k.FalseDedupes > 0 || k.LostSetBacks > 0 ||
+		k.UnansweredIntents > 0 || k.UntoldSettlements > 0
 }
 
 // Verdict says why a run failed, or that it passed.
 func (r *Report) Verdict() string {
 	k := r.KPIs
 	if !r.Failed() {
-		return "PASS: no duplicate side effect, no false suppression, every operation settled"
+		return "PASS: no duplicate side effect, no false suppression, every intent answered, every operation settled and its result received"
 	}
-	return fmt.Sprintf("FAIL: %d duplicate side effect(s), %d false suppression(s), %d lost set-back(s), %d unsettled operation(s)",
-		k.DuplicateEffects, k.FalseDedupes, k.LostSetBacks, k.Unsettled)
+	return fmt.Sprintf("FAIL: %d duplicate side effect(s), %d false suppression(s), %d lost set-back(s), %d unsettled operation(s), "+
+		"%d unanswered intent(s), %d settlement(s) the agent never received",
+		k.DuplicateEffects, k.FalseDedupes, k.LostSetBacks, k.Unsettled, k.UnansweredIntents, k.UntoldSettlements)
 }
 
 func (c *Config) setDefaults() error {
@@ -230,8 +240,13 @@ func (c *Config) settings() []Setting {
 	}
 	kill := "off"
 	if c.Kill {
-		kill = fmt.Sprintf("SIGKILL a dispatcher or the reconciler process every %s, one random failpoint armed per process", c.KillEvery)
+		kill = fmt.Sprintf("SIGKILL a dispatcher, the reconciler or planner-ingest process every %s, one random failpoint armed per process", c.KillEvery)
 	}
+	natsRestarts := "off"
+	if c.NATSRestartEvery > 0 {
+		natsRestarts = fmt.Sprintf("restart the NATS server (its store kept) every %s", c.NATSRestartEvery)
+	}
+	storage := map[bool]string{true: "memory", false: "file"}[c.Infra.MemoryStreams && c.NATSRestartEvery <= 0]
 	return []Setting{
 		{"actions_per_scenario", "actions per scenario", fmt.Sprint(c.PerScenario)},
 		{"scenarios", "scenarios", strings.Join(c.Scenarios, ",")},
@@ -246,8 +261,9 @@ func (c *Config) settings() []Setting {
 		{"sweep", "sweep interval / dispatched grace", sweep.String() + " / " + grace.String()},
 		{"timeouts", "phase timeout / settle timeout", c.PhaseTimeout.String() + " / " + c.SettleTimeout.String()},
 		{"kill", "kill", kill},
+		{"nats_restarts", "nats restarts", natsRestarts},
 		{"postgres_fsync", "postgres fsync", fmt.Sprint(c.Infra.Durable)},
-		{"jetstream_storage", "jetstream storage", map[bool]string{true: "memory", false: "file"}[c.Infra.MemoryStreams]},
+		{"jetstream_storage", "jetstream storage", storage},
 		{"machine", "machine", fmt.Sprintf("%s, GOMAXPROCS=%d, %s/%s", runtime.Version(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH)},
 	}
 }
@@ -264,7 +280,8 @@ type runner struct {
 	cfg      Config
 	run      string
 	stack    *app.Stack
-	fleet    *fleet // kill mode only
+	fleet    *fleet       // kill mode only
+	nats     *restartable // with NATS restarts only
 	store    *store.Store
 	cl       *client.Client
 	js       jetstream.JetStream
@@ -321,6 +338,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		ks := r.fleet.snapshot()
 		rep.Kill = &ks
 	}
+	if r.nats != nil {
+		rep.NATSRestarts = r.nats.count()
+	}
 	stopFollowing()
 
 	if err := r.measure(ctx, rep, lanes, workflows); err != nil {
@@ -344,7 +364,20 @@ func (r *runner) start(ctx context.Context, rep *Report) (cleanup func(), err er
 	sc := app.ServicesConfig{Dispatchers: cfg.Dispatchers, DispatchWorkers: cfg.DispatchWorkers, Relays: 2, Instance: "eval",
 		Reconcile: cfg.Reconcile, Maintain: cfg.Maintain}
 	if cfg.Kill {
-		sc.Run = []string{app.PlannerIngest, app.Compensator}
+		sc.Run = []string{app.Compensator} // the others run as processes, to be killed
+	}
+	if cfg.NATSRestartEvery > 0 {
+		// A NATS server of the eval's own, restarted on its port and its
+		// store (file storage: a restart loses nothing).
+		if cfg.Infra.NATSURL != "" {
+			return cleanup, fmt.Errorf("eval: NATS restarts need the embedded server, not NATS_URL: %w", op.ErrInvalid)
+		}
+		if r.nats, err = startRestartable(); err != nil {
+			return cleanup, err
+		}
+		undo = append(undo, r.nats.stop)
+		cfg.Infra.NATSURL, cfg.Infra.MemoryStreams = r.nats.url(), false
+		r.cfg.Infra.MemoryStreams = false
 	}
 	regYAML, bound, err := evalRegistry(cfg.ApplyBound)
 	if err != nil {
@@ -376,11 +409,13 @@ func (r *runner) start(ctx context.Context, rep *Report) (cleanup func(), err er
 		return cleanup, err
 	}
 	undo = append(undo, r.store.Close)
-	if r.cl, err = client.Connect(r.stack.Infra.NATSURL, "opledger-eval"); err != nil {
+	// The agent keeps reconnecting, as a NATS server may be restarted.
+	reconnect := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	if r.cl, err = client.Connect(r.stack.Infra.NATSURL, "opledger-eval", client.NATSOptions(reconnect...)); err != nil {
 		return cleanup, err
 	}
 	undo = append(undo, r.cl.Close)
-	nc, err := nats.Connect(r.stack.Infra.NATSURL, nats.Name("opledger-eval-raw"))
+	nc, err := nats.Connect(r.stack.Infra.NATSURL, append(reconnect, nats.Name("opledger-eval-raw"))...)
 	if err != nil {
 		return cleanup, fmt.Errorf("eval: connect: %w", err)
 	}
@@ -406,9 +441,21 @@ func (r *runner) follow(ctx context.Context, began time.Time) (stop func(), err 
 		defer wg.Done()
 		for {
 			select {
-			case res := <-results:
-				if isOurs(res, r.run) {
-					r.tr.result(res, time.Now())
+			case res, ok := <-results:
+				if ok {
+					if isOurs(res, r.run) {
+						r.tr.result(res, time.Now())
+					}
+					continue
+				}
+				// The subscription ended (a NATS server restarted under
+				// it): read RESULTS again from its start. Results seen
+				// twice change nothing in the tracker.
+				for ctx.Err() == nil {
+					if results, err = r.cl.Results(ctx, wire.ResultSubjectPrefix+">"); err == nil {
+						break
+					}
+					_ = sleep(ctx, 250*time.Millisecond)
 				}
 			case <-ctx.Done():
 				return
@@ -434,6 +481,15 @@ func (r *runner) play(ctx context.Context, lanes [][]*phase) error {
 		kctx, stopKills := context.WithCancel(ctx)
 		defer stopKills() // before the final wait: let it settle
 		go r.fleet.killLoop(kctx)
+	}
+	if r.nats != nil {
+		nctx, stopRestarts := context.WithCancel(ctx)
+		restarted := make(chan struct{})
+		defer func() { stopRestarts(); <-restarted }()
+		go func() {
+			defer close(restarted)
+			r.nats.loop(nctx, r.cfg.NATSRestartEvery, r.log)
+		}()
 	}
 	errs := make(chan error, len(lanes))
 	var wg sync.WaitGroup
@@ -607,7 +663,9 @@ func (r *runner) publish(ctx context.Context, a *action, m message) error {
 	in := wire.Intent{Spec: wire.SpecIntent, EventID: m.eventID, WorkflowID: a.workflow, Tool: a.tool.name, Args: m.args,
 		Actor: &wire.Actor{Type: "agent", ID: "opledger-eval"}}
 	var err error
-	for try := range 5 {
+	// Publish until JetStream stores it, for at most 30s (a NATS server
+	// restarting): then the run is void.
+	for try, until := 0, time.Now().Add(30*time.Second); try == 0 || time.Now().Before(until); try++ {
 		at := time.Now()
 		var dup bool
 		if m.noMsgID {

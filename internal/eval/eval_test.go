@@ -50,6 +50,8 @@ func TestRunSmallMatrix(t *testing.T) {
 	require.Equal(t, 180, k.Actions)
 	require.Equal(t, 180, k.Operations, "one operation per business action, look-alikes and set-backs included")
 	require.Zero(t, k.UnansweredMessages)
+	require.Zero(t, k.UnansweredIntents, "every intent's answer reached the agent")
+	require.Zero(t, k.UntoldSettlements, "every settled operation's result reached the agent")
 	require.Zero(t, k.SuccessWithoutEffect+k.FailedWithEffect)
 	require.Equal(t, map[string]int{string(op.StateCompletedSuccess): 180}, k.FinalStates, text.String())
 
@@ -115,4 +117,31 @@ func TestRunSmallMatrix(t *testing.T) {
 	require.NoError(t, json.Unmarshal(js.Bytes(), &back))
 	require.Equal(t, "opledger eval -n 15", back["command"])
 	require.Contains(t, text.String(), "PASS")
+}
+
+// A run while the NATS server is restarted under everything (every 1.5s,
+// its store kept): the services and the agent reconnect, and nothing is
+// duplicated, left unsettled, or left unanswered as the agent sees it.
+//
+// Breaking it: a part that does not reconnect leaves intents unanswered or
+// operations unsettled; memory streams would lose INTENTS and RESULTS at
+// every restart, and with them answers the agent never gets.
+func TestRunWithNATSRestarts(t *testing.T) {
+	t.Parallel()
+	rep, err := eval.Run(context.Background(), eval.Config{
+		PerScenario: 6, Seed: 3, Rate: 30, NATSRestartEvery: 1500 * time.Millisecond,
+		Scenarios:    []string{eval.ScenarioSuccess, eval.ScenarioTimeoutAfterCommit, eval.ScenarioDuplicates},
+		PhaseTimeout: 20 * time.Second, SettleTimeout: 60 * time.Second,
+		Infra:     app.InfraConfig{DatabaseURL: testdb.New(t)},
+		Reconcile: reconcile.Config{SettleDelay: time.Second},
+		Maintain:  maintain.Config{SweepInterval: 200 * time.Millisecond, ElectInterval: 100 * time.Millisecond},
+	})
+	require.NoError(t, err)
+	var text bytes.Buffer
+	rep.WriteText(&text)
+	require.False(t, rep.Failed(), text.String())
+	require.Positive(t, rep.NATSRestarts, text.String())
+	require.Equal(t, 18, rep.KPIs.Operations)
+	require.Zero(t, rep.KPIs.UnansweredIntents)
+	require.Zero(t, rep.KPIs.UntoldSettlements)
 }

@@ -22,8 +22,9 @@ import (
 	"github.com/opledger/opledger/internal/failpoint"
 )
 
-// Kill mode runs the dispatchers and the reconciler as processes of their
-// own and kills them with SIGKILL, as a machine or the OOM killer would.
+// Kill mode runs planner-ingest, the dispatchers and the reconciler as
+// processes of their own and kills them with SIGKILL, as a machine or the
+// OOM killer would.
 // In-process, a dispatcher can only be stopped gracefully (bus.Consume's
 // stop lets handlers finish and naks what it holds), which is not a crash:
 // nothing is left half-done. A process killed mid-call leaves an operation
@@ -77,7 +78,8 @@ type fleet struct {
 	wg   sync.WaitGroup
 }
 
-// startFleet starts dispatchers dispatcher processes and one reconciler,
+// startFleet starts dispatchers dispatcher processes, one reconciler and
+// one planner-ingest,
 // waits until each is ready, and supervises them: a process that dies is
 // started again.
 func startFleet(ctx context.Context, cfg Config, registry []byte, databaseURL, natsURL, vendorURL string, seed uint64) (*fleet, error) {
@@ -103,7 +105,8 @@ func startFleet(ctx context.Context, cfg Config, registry []byte, databaseURL, n
 	for i := range cfg.Dispatchers {
 		f.slots = append(f.slots, &slot{name: fmt.Sprintf("dispatcher-%d", i+1), service: app.Dispatcher})
 	}
-	f.slots = append(f.slots, &slot{name: "reconciler-1", service: app.Reconciler})
+	f.slots = append(f.slots, &slot{name: "reconciler-1", service: app.Reconciler},
+		&slot{name: "ingest-1", service: app.PlannerIngest})
 	for _, s := range f.slots {
 		addr, err := f.start(s)
 		if err != nil {
@@ -135,6 +138,11 @@ func (f *fleet) start(s *slot) (string, error) {
 	}
 	s.gen++
 	args := append(slices.Clone(f.argv[1:]), s.service, "-instance", fmt.Sprintf("eval/%s/g%d", s.name, s.gen), "-http", addr)
+	if s.service == app.PlannerIngest {
+		// Intents a killed planner-ingest held come back after its ack
+		// wait: the dispatcher's 10s, not the default 30s.
+		args = append(args, "-ack-wait", "10s")
+	}
 	cmd := exec.Command(f.argv[0], args...)
 	cmd.Env = slices.Clone(f.env)
 	if !f.calm.Load() {
@@ -160,8 +168,12 @@ var errStopping = errors.New("eval: stopping")
 func (f *fleet) failpoint(service string) string {
 	f.rngMu.Lock()
 	defer f.rngMu.Unlock()
-	if service == app.Reconciler {
+	switch service {
+	case app.Reconciler:
 		return fmt.Sprintf("%s@%d", failpoint.ReconcileBeforeCommit, 5+f.rng.IntN(60))
+	case app.PlannerIngest:
+		names := []string{failpoint.IngestMidTx, failpoint.IngestBeforeAck}
+		return fmt.Sprintf("%s@%d", names[f.rng.IntN(len(names))], 20+f.rng.IntN(200))
 	}
 	names := []string{failpoint.DispatchAfterClaim, failpoint.DispatchAfterCall, failpoint.DispatchBeforeAck}
 	return fmt.Sprintf("%s@%d", names[f.rng.IntN(len(names))], 5+f.rng.IntN(100))

@@ -74,6 +74,9 @@ type MessageObs struct {
 	// Redeliveries is how many times the event id reached the ledger again
 	// after its first time (answered duplicate_event).
 	Redeliveries int
+	// Published says the agent published the message (at least once);
+	// Answered that it received a result naming its event id.
+	Published, Answered bool
 }
 
 // OperationObs is one operation of the run, as the ledger has it.
@@ -93,6 +96,10 @@ type OperationObs struct {
 	// FinalResultAt is when the agent received the result that settled it
 	// (zero if it did not).
 	FinalResultAt time.Time
+	// AskedFor marks an operation an action's messages were answered with
+	// (not a compensation opledger made by itself): the agent is owed its
+	// settling result.
+	AskedFor bool
 }
 
 // EventObs is one row of an operation's history.
@@ -183,6 +190,14 @@ type KPIs struct {
 	EndToEndP99MS      float64 `json:"end_to_end_p99_ms"`
 	VendorTimeP50MS    float64 `json:"vendor_time_p50_ms"`
 	UnansweredMessages int     `json:"unanswered_messages"`
+	// UnansweredIntents counts event ids the agent published and never got
+	// a result for, as the agent's own consumer of RESULTS saw it; a run
+	// with any fails.
+	UnansweredIntents int `json:"unanswered_intents"`
+	// UntoldSettlements counts operations the agent asked for that the
+	// ledger settled without the agent receiving a settling result (a
+	// result lost, parked, never written); a run with any fails.
+	UntoldSettlements int `json:"untold_settlements"`
 
 	Unsettled    int      `json:"unsettled_operations"`
 	UnsettledIDs []string `json:"unsettled_operation_ids,omitempty"`
@@ -242,6 +257,9 @@ func Compute(o Observations) KPIs {
 				continue
 			}
 			seen[m.EventID] = true
+			if m.Published && !m.Answered {
+				k.UnansweredIntents++
+			}
 			if m.Decision == "" {
 				k.UnansweredMessages++
 				continue
@@ -313,6 +331,8 @@ func Compute(o Observations) KPIs {
 		if !Settled(x.State) {
 			k.Unsettled++
 			k.UnsettledIDs = append(k.UnsettledIDs, x.ID)
+		} else if x.AskedFor && x.FinalResultAt.IsZero() {
+			k.UntoldSettlements++
 		}
 		switch {
 		case x.Compensation:

@@ -212,3 +212,38 @@ func TestSetBackLostIsAFailure(t *testing.T) {
 	require.True(t, rep.Failed())
 	require.Contains(t, rep.Verdict(), "1 false suppression(s)")
 }
+
+// What the agent was never told fails a run: an intent published whose
+// answer never reached the agent's consumer of RESULTS (its inbox row may
+// exist: the answer was parked, say), and an operation the agent asked for
+// that the ledger settled while its settling result never arrived. A
+// message JetStream dropped as a copy shares its original's answer; a
+// compensation nobody asked for is owed nothing.
+//
+// Breaking it: counting "answered" from the inbox (as the eval did) passes
+// both runs below.
+func TestComputeCountsWhatTheAgentWasNotTold(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 29, 2, 13, 0, 0, time.UTC)
+	obs := eval.Observations{
+		Actions: []eval.ActionObs{
+			{ID: "a", Scenario: eval.ScenarioSuccess, Messages: []eval.MessageObs{
+				{EventID: "e1", Kind: eval.MsgOriginal, Decision: op.DecisionNew, OperationID: "op_a", Published: true, Answered: true},
+				{EventID: "e1", Kind: eval.MsgRedeliveryMsgID, Published: true, Answered: true}}},
+			{ID: "b", Scenario: eval.ScenarioSuccess, Messages: []eval.MessageObs{
+				{EventID: "e2", Kind: eval.MsgOriginal, Decision: op.DecisionNew, OperationID: "op_b", Published: true}}},
+		},
+		Operations: []eval.OperationObs{
+			{ID: "op_a", Scenario: eval.ScenarioSuccess, State: op.StateCompletedSuccess, Effects: 1, AskedFor: true, FinalResultAt: t0},
+			{ID: "op_b", Scenario: eval.ScenarioSuccess, State: op.StateCompletedSuccess, Effects: 1, AskedFor: true},
+			{ID: "op_c", Scenario: eval.ScenarioSuccess, State: op.StateCompletedSuccess, Compensation: true},
+		},
+	}
+	k := eval.Compute(obs)
+	require.Equal(t, 1, k.UnansweredIntents)
+	require.Equal(t, 1, k.UntoldSettlements)
+	require.Zero(t, k.UnansweredMessages, "the ledger decided on every message")
+	rep := &eval.Report{KPIs: k}
+	require.True(t, rep.Failed())
+	require.Contains(t, rep.Verdict(), "1 unanswered intent(s), 1 settlement(s) the agent never received")
+}

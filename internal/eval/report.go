@@ -64,6 +64,8 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Sprintf("intent published → final result minus the attempt's vendor call, clean path (n=%d); end to end p50 %s p99 %s, vendor p50 %s",
 			k.LatencySamples, msStr(k.EndToEndP50MS), msStr(k.EndToEndP99MS), msStr(k.VendorTimeP50MS)))
 	row("operations not settled", fmt.Sprint(k.Unsettled), "neither final nor owned by a person at the end of the bounded wait")
+	row("unanswered intents / untold settlements", fmt.Sprintf("%d / %d", k.UnansweredIntents, k.UntoldSettlements),
+		"event ids published without a result reaching the agent / operations settled without their settling result reaching it")
 	row("escalations by reason", fmt.Sprint(sumMap(k.Escalations)), counts(k.Escalations, "none"))
 	row("ledger/vendor disagreements", fmt.Sprint(k.SuccessWithoutEffect+k.FailedWithEffect),
 		fmt.Sprintf("%d completed_success without an effect, %d failed with one", k.SuccessWithoutEffect, k.FailedWithEffect))
@@ -91,6 +93,9 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  %-30s %s\n", s.Name, counts(s.KPIs.FinalStates, "none"))
 	}
 
+	if r.NATSRestarts > 0 {
+		fmt.Fprintf(w, "\nnats: the server was restarted %d times (its store kept)\n", r.NATSRestarts)
+	}
 	if r.Kill != nil {
 		fmt.Fprintf(w, "\nkills: SIGKILL sent %s; failpoint crashes %s; unexpected exits %s; restarts %d (logs in %s)\n",
 			counts(r.Kill.Kills, "none"), counts(r.Kill.Crashes, "none"), counts(r.Kill.Exits, "none"), r.Kill.Restarts, r.Kill.LogDir)

@@ -19,6 +19,7 @@ type tracker struct {
 	published int
 	jsDup     int
 	stored    map[string]int // event id → publishes JetStream stored
+	dropped   map[string]bool
 	firstPub  map[*action]time.Time
 	answered  map[string]bool
 	opAction  map[string][]*action // operations the results linked to actions
@@ -28,7 +29,7 @@ type tracker struct {
 }
 
 func newTracker(lanes [][]*phase) *tracker {
-	t := &tracker{byEvent: map[string]*action{}, stored: map[string]int{}, firstPub: map[*action]time.Time{}, answered: map[string]bool{},
+	t := &tracker{byEvent: map[string]*action{}, stored: map[string]int{}, dropped: map[string]bool{}, firstPub: map[*action]time.Time{}, answered: map[string]bool{},
 		opAction: map[string][]*action{}, opVersion: map[string]int64{}, opSettled: map[string]time.Time{},
 		actionOps: map[*action]map[string]bool{}}
 	for _, lane := range lanes {
@@ -52,6 +53,7 @@ func (t *tracker) sent(a *action, m message, at time.Time, dup bool) {
 	t.published++
 	if dup {
 		t.jsDup++
+		t.dropped[m.eventID] = true
 	} else {
 		t.stored[m.eventID]++
 	}
@@ -161,6 +163,14 @@ func (t *tracker) snapshot() progress {
 		}
 	}
 	return p
+}
+
+// wasPublished reports whether the agent published eventID (JetStream
+// stored it, or dropped it as a copy of one it stored).
+func (t *tracker) wasPublished(eventID string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stored[eventID] > 0 || t.dropped[eventID]
 }
 
 // isAnswered reports whether the agent has an answer to eventID.

@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -62,29 +64,44 @@ func TestEveryIntentIsAnswered(t *testing.T) {
 }
 
 // Identical garbage is answered once: 300 copies of the same unreadable
-// bytes make one inbox row and one answer, not 300 outbox rows. The inbox
-// keeps at most MaxRejectedPayload bytes of it.
+// bytes make one inbox row and one answer, not 300 outbox rows, whether
+// they are keyed by their hash (no usable Nats-Msg-Id) or by the valid
+// Nats-Msg-Id every copy carries. The inbox keeps at most
+// MaxRejectedPayload bytes of it.
 //
-// Breaking it: answering every duplicate of a hash-keyed rejection makes 300
-// result rows; keeping the whole payload keeps 64 KiB.
+// Breaking it: answering every duplicate of a rejection makes 300 result
+// rows (as copies with a Nats-Msg-Id did); keeping the whole payload keeps
+// 64 KiB.
 func TestIdenticalGarbageIsAnsweredOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
 	garbage := make([]byte, 64<<10)
 	for i := range garbage {
 		garbage[i] = byte('a' + i%26)
 	}
-	for range 300 {
-		ans := b.ingest(t, "opledger.intents.wf_g", nil, garbage)
-		require.Contains(t, []op.Decision{op.DecisionRejected, op.DecisionDuplicateEvent}, ans.Decision)
-	}
-	require.Len(t, b.Outbox(t), 1, "one answer")
 	sum := sha256.Sum256(garbage)
-	entry, err := b.Store.InboxEntry(b.Ctx, ingest.Source, "sha256:"+hex.EncodeToString(sum[:]))
-	require.NoError(t, err)
-	require.Equal(t, 299, entry.DuplicateCount)
-	require.Len(t, entry.Payload, 1024, "a bounded prefix")
-	require.Equal(t, hex.EncodeToString(sum[:]), entry.PayloadHash, "and the hash of the whole")
+	for _, c := range []struct {
+		name    string
+		header  map[string]string
+		eventID string
+	}{
+		{"by hash", nil, "sha256:" + hex.EncodeToString(sum[:])},
+		{"by Nats-Msg-Id", map[string]string{wire.HeaderMsgID: "garbage-1"}, "garbage-1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			for range 300 {
+				ans := b.ingest(t, "opledger.intents.wf_g", c.header, garbage)
+				require.Contains(t, []op.Decision{op.DecisionRejected, op.DecisionDuplicateEvent}, ans.Decision)
+			}
+			require.Len(t, b.Outbox(t), 1, "one answer")
+			entry, err := b.Store.InboxEntry(b.Ctx, ingest.Source, c.eventID)
+			require.NoError(t, err)
+			require.Equal(t, 299, entry.DuplicateCount)
+			require.Len(t, entry.Payload, 1024, "a bounded prefix")
+			require.Equal(t, hex.EncodeToString(sum[:]), entry.PayloadHash, "and the hash of the whole")
+		})
+	}
 }
 
 // A vendor that stays unreachable (429 on every try) exhausts the retry
@@ -147,4 +164,89 @@ func TestFailureWithoutEffectCanRunAgain(t *testing.T) {
 		}
 	}
 	require.Equal(t, "evt_b", detail["event_id"])
+}
+
+// An intent whose subject cannot name a workflow is answered on the
+// protocol's fixed subject: a token over the 200-byte limit, a token with
+// a wildcard character, a wildcard token, too many tokens, a tenant that is
+// not one. (Invalid UTF-8 is TestEveryIntentIsAnswered's.) Each body is a
+// valid intent naming the subject's last token as its workflow, so only
+// the subject is wrong.
+//
+// Breaking it: answering on opledger.results.<the bad token> publishes
+// where no agent listens (or where a wildcard would fan it out).
+func TestUnroutableSubjectsAreAnsweredOnTheFixedSubject(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	long := strings.Repeat("w", wire.MaxIDLen+1)
+	for i, subject := range []string{
+		"opledger.intents." + long,
+		"opledger.intents.wf*",
+		"opledger.intents.wf>1",
+		"opledger.intents.>",
+		"opledger.intents.*",
+		"opledger.intents.acme.wf_1.extra",
+		"opledger.intents.ACME!.wf_1",
+	} {
+		tokens := strings.Split(subject, ".")
+		in := capture(fmt.Sprintf("evt_unroutable_%d", i), tokens[len(tokens)-1], fmt.Sprintf("ord_u%d", i), "cust_1")
+		in.Spec = wire.SpecIntent
+		body, err := json.Marshal(in)
+		require.NoError(t, err)
+		ans := b.ingest(t, subject, nil, body)
+		require.Equal(t, op.DecisionRejected, ans.Decision, subject)
+		rows := b.Outbox(t)
+		last := rows[len(rows)-1]
+		require.Equal(t, wire.UnroutableSubject, last.Subject, subject)
+		require.Equal(t, string(op.StateRejected), last.Result(t).Status)
+	}
+}
+
+// The last resort: an intent the ledger refuses even as a rejection (here a
+// trigger refuses the inbox row with a data exception, as Postgres refuses
+// bytes it cannot store) still gets an answer, published directly on its
+// workflow's results subject, or on the fixed subject when the subject
+// names none; the message is not redelivered forever.
+//
+// Breaking it: dropping the intent (as it was) leaves the agent waiting
+// forever with nothing on RESULTS.
+func TestUnstorableIntentIsStillAnswered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.DB.Exec(b.Ctx, `
+		CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF position('poison'::bytea IN NEW.payload) > 0 THEN
+				RAISE EXCEPTION 'invalid byte sequence' USING ERRCODE = '22021';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_poison BEFORE INSERT ON inbox FOR EACH ROW EXECUTE FUNCTION refuse_poison();`)
+	require.NoError(t, err)
+	stop, err := b.svc.Start(b.Ctx)
+	require.NoError(t, err)
+	defer stop()
+	results, err := b.JS.Stream(b.Ctx, wire.StreamResults)
+	require.NoError(t, err)
+	for _, c := range []struct{ subject, answeredOn string }{
+		{"opledger.intents.wf_poison", wire.ResultSubject("wf_poison")},
+		{"opledger.intents.wf*", wire.UnroutableSubject},
+	} {
+		body := []byte("poison, not JSON: " + c.subject)
+		_, err := b.JS.Publish(b.Ctx, c.subject, body)
+		require.NoError(t, err)
+		sum := sha256.Sum256(body)
+		var got wire.Result
+		require.Eventually(t, func() bool {
+			m, err := results.GetLastMsgForSubject(b.Ctx, c.answeredOn)
+			if err != nil {
+				return false
+			}
+			got = wire.Result{}
+			return json.Unmarshal(m.Data, &got) == nil && got.EventID == "sha256:"+hex.EncodeToString(sum[:])
+		}, 10*time.Second, 20*time.Millisecond, "an answer on %s", c.answeredOn)
+		require.Equal(t, string(op.StateRejected), got.Status)
+		require.Contains(t, got.Reason, "could not store this intent")
+	}
+	require.Empty(t, b.Outbox(t), "nothing in the ledger")
 }

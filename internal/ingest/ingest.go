@@ -94,13 +94,45 @@ func (s *Service) Start(ctx context.Context) (stop func(), err error) {
 		}
 		if errors.Is(err, op.ErrInvalid) {
 			// Even the rejection could not be stored: redelivering would
-			// fail forever and hold a slot of the shared consumer.
-			sum := sha256.Sum256(d.Data)
-			s.log.Error().Err(err).Str("payload_sha256", hex.EncodeToString(sum[:])).Msg("intent refused by the ledger; dropped")
+			// fail forever and hold a slot of the shared consumer. The
+			// agent still gets an answer, published directly: it is the
+			// one result that is not in the ledger, so it is counted.
+			s.answerUnstored(ctx, d, err)
 			return bus.Permanent(err)
 		}
 		return err
 	})
+}
+
+// answerUnstored is the last resort for an intent the ledger refused even
+// as a rejection: a rejected answer published straight to NATS, on the
+// results subject of the tenant and workflow the subject names, or on the
+// fixed unroutable subject, under the event id Ingest would have used for
+// garbage (a valid Nats-Msg-Id, else the body's hash). It is counted as
+// decision "unstored" in opledger_intents_total and logged.
+func (s *Service) answerUnstored(ctx context.Context, d bus.Delivery, cause error) {
+	sum := sha256.Sum256(d.Data)
+	eventID := d.Header[wire.HeaderMsgID]
+	if !wire.ValidID(eventID) {
+		eventID = garbagePrefix + hex.EncodeToString(sum[:])
+	}
+	subject, tenant, workflow := wire.UnroutableSubject, wire.DefaultTenant, ""
+	if t, wf, ok := wire.ParseIntentSubject(d.Subject); ok {
+		tenant, workflow = t, wf
+		subject = wire.TenantResultSubject(t, wf)
+	}
+	r := wire.Rejection(eventID, workflow, "", "the ledger could not store this intent, nor its rejection: "+reason(cause), op.DecisionRejected, time.Now())
+	r.Tenant = wire.ResultTenant(tenant)
+	tp := telemetry.ParseTraceparent(d.Header[wire.HeaderTraceparent])
+	m := outbox.ResultOn(subject, r, tp)
+	_, perr := s.bus.Publish(context.WithoutCancel(ctx), bus.Message{Subject: m.Subject, MsgID: m.MsgID, Header: m.Header, Data: m.Payload})
+	s.m.Intent("", "unstored", 0)
+	ev := s.log.Error().Err(cause).Str("payload_sha256", hex.EncodeToString(sum[:])).Str("event_id", wire.Clip(eventID)).Str("subject", subject)
+	if perr != nil {
+		ev.AnErr("publish_error", perr).Msg("intent refused by the ledger, even as a rejection; dropped, and its answer could not be published")
+		return
+	}
+	ev.Msg("intent refused by the ledger, even as a rejection; answered directly, not recorded")
 }
 
 // Answer is what Ingest decided and told the agent.
@@ -148,6 +180,9 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 // submit records sub and builds its answer, in one transaction.
 func (s *Service) submit(ctx context.Context, sub store.Submission, tenant, tool, reject string, tp telemetry.Traceparent) (*Answer, error) {
 	var ans Answer
+	// A malformed intent (plan could not read it) names no tool; every
+	// readable one does.
+	malformed := tool == "" && reject != ""
 	sub.Answer = func(res *store.SubmitResult) []store.Message {
 		ans.Decision = res.Decision
 		// A resent event whose first answer was a rejection or a conflict is
@@ -175,8 +210,9 @@ func (s *Service) submit(ctx context.Context, sub store.Submission, tenant, tool
 			ans.Result.WorkflowID = sub.WorkflowID
 		}
 		failpoint.Hit(failpoint.IngestMidTx)
-		if res.Decision == op.DecisionDuplicateEvent && res.FirstDecision == op.DecisionRejected && strings.HasPrefix(sub.EventID, garbagePrefix) {
-			// The same unreadable bytes again: they were answered once, and
+		if res.Decision == op.DecisionDuplicateEvent && res.FirstDecision == op.DecisionRejected && malformed {
+			// The same unreadable bytes again (keyed by their hash, or by a
+			// Nats-Msg-Id they carry): they were answered once, and
 			// answering every copy would let garbage multiply outbox rows.
 			return nil
 		}

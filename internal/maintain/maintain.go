@@ -4,19 +4,21 @@
 // elects its queue maintainer) while any number of reconcilers run.
 //
 //   - The sweeper fences off attempts whose dispatcher died or hangs: an
-//     operation in dispatched whose attempt passed its deadline (plus
-//     grace) on the database's clock becomes unknown_outcome at a new lease
-//     epoch, its attempt is marked finished, and the reconciler asks the
-//     vendor.
+//     operation in dispatched past its attempt's deadline (plus grace) on
+//     the database's clock, whatever its attempts say, becomes
+//     unknown_outcome at a new lease epoch, its attempt is marked finished,
+//     and the reconciler asks the vendor. It also keeps the parked-rows
+//     gauge current.
 //   - The re-drive pass writes the command again for operations waiting on
 //     one that was lost after it was published (a NATS server that lost its
-//     store, a terminated message), and sweeps operations stranded in
-//     dispatched whatever their attempts say. A command's subject names its
-//     operation and the OPS stream keeps one message per subject, so
-//     re-drives never multiply commands. When the OPS stream is found
-//     recreated, every waiting operation is re-driven at once.
-//   - Retention deletes published outbox rows and rejected inbox rows after
-//     their periods, and counts parked outbox rows for the metric.
+//     store, a terminated message). A command's subject names its operation
+//     and the OPS stream keeps one message per subject, so re-drives never
+//     multiply commands. When the OPS stream is found recreated (its
+//     creation time, kept in the ledger, changed), every waiting operation
+//     is re-driven at once.
+//   - Retention deletes published outbox rows, rejected inbox rows and the
+//     reconciler's lookup counters of episodes that are over after their
+//     periods.
 //   - The webhook pass looks again at held webhook evidence that is due
 //     (internal/evidence): it settles the operation it names once it can,
 //     and flags it (with an alert) when its hold runs out.
@@ -53,6 +55,10 @@ type Config struct {
 	ElectInterval time.Duration
 	// SweepInterval is how often the sweeper runs (default 1s).
 	SweepInterval time.Duration
+	// StrandInterval is how often the sweeper also looks for operations in
+	// dispatched that no unfinished attempt holds (default 5s): that query
+	// scans operations, the other one only open attempts.
+	StrandInterval time.Duration
 	// DispatchedGrace is added to an attempt's deadline before it counts as
 	// stuck (default 5s).
 	DispatchedGrace time.Duration
@@ -69,6 +75,9 @@ type Config struct {
 	OutboxRetention time.Duration
 	// RejectedRetention keeps rejected inbox rows this long (default 7 days).
 	RejectedRetention time.Duration
+	// LookupRetention keeps the reconciler's lookup counters of episodes
+	// that are over this long (default 1h).
+	LookupRetention time.Duration
 	// Batch is the rows per statement (default 500); MaxBatches caps the
 	// batches of one task per pass (default 20).
 	Batch, MaxBatches int
@@ -88,12 +97,14 @@ func (c *Config) setDefaults() {
 	}
 	def(&c.ElectInterval, 2*time.Second)
 	def(&c.SweepInterval, time.Second)
+	def(&c.StrandInterval, 5*time.Second)
 	def(&c.DispatchedGrace, 5*time.Second)
 	def(&c.RedriveAfter, 2*time.Minute)
 	def(&c.RedriveInterval, 30*time.Second)
 	def(&c.RetentionInterval, time.Minute)
 	def(&c.OutboxRetention, time.Hour)
 	def(&c.RejectedRetention, 7*24*time.Hour)
+	def(&c.LookupRetention, time.Hour)
 	if c.Batch <= 0 {
 		c.Batch = 500
 	}
@@ -117,7 +128,7 @@ type Maintainer struct {
 
 	mu       sync.Mutex
 	redriven map[string]time.Time // operation id → when this leader last re-drove it (host clock, local pacing only)
-	created  time.Time            // the OPS stream's creation time last seen
+	stranded time.Time            // when the sweeper last looked for stranded operations (host clock, local pacing only)
 
 	// Passes, when set, receives the name of each task after each pass
 	// (tests wait on it instead of sleeping).
@@ -156,6 +167,9 @@ func (mt *Maintainer) campaign(ctx context.Context) {
 			mt.m.Leader(true)
 			mt.lead(ctx, l)
 			mt.m.Leader(false)
+			// Only the leader reports parked rows: a former leader's count
+			// would go stale.
+			mt.m.Parked(0)
 			l.Release()
 			if ctx.Err() == nil {
 				mt.log.Warn().Msg("lost maintenance leadership")
@@ -216,6 +230,7 @@ func (mt *Maintainer) lead(ctx context.Context, l *store.Leadership) {
 	defer redrive.Stop()
 	defer retain.Stop()
 	mt.runTask(ctx, "sweep", mt.Sweep)
+	mt.runTask(ctx, "parked", mt.CountParked)
 	mt.runTask(ctx, "redrive", mt.redriveTask)
 	for {
 		select {
@@ -225,6 +240,7 @@ func (mt *Maintainer) lead(ctx context.Context, l *store.Leadership) {
 			mt.runTask(ctx, "sweep", mt.Sweep)
 			mt.runTask(ctx, "approvals", mt.ExpireApprovals)
 			mt.runTask(ctx, "webhooks", mt.SettleHeld)
+			mt.runTask(ctx, "parked", mt.CountParked)
 		case <-redrive.C:
 			mt.runTask(ctx, "redrive", mt.redriveTask)
 		case <-retain.C:
@@ -249,12 +265,34 @@ func (mt *Maintainer) runTask(ctx context.Context, name string, task func(contex
 	}
 }
 
-// Sweep fences off every operation whose attempt is past its deadline plus
-// grace: dispatched → unknown_outcome at a new lease epoch (a late
-// dispatcher's write is refused), the attempt finished as swept, a
-// reconcile command and a result to the agent, in one statement each. It
+// Sweep fences off every operation in dispatched past its attempt's
+// deadline plus grace, whatever its attempts say: dispatched →
+// unknown_outcome at a new lease epoch (a late dispatcher's write is
+// refused), the attempt finished as swept, a reconcile command and a result
+// to the agent, in one statement each. Operations whose attempt is still
+// open are found through the open attempts every pass; those no unfinished
+// attempt holds (it finished, yet the operation never moved; or there is
+// none), which only a scan of operations finds, every StrandInterval. It
 // returns how many it moved.
 func (mt *Maintainer) Sweep(ctx context.Context) (int, error) {
+	moved, err := mt.sweepStuck(ctx)
+	if err != nil {
+		return moved, err
+	}
+	mt.mu.Lock()
+	due := time.Since(mt.stranded) >= mt.cfg.StrandInterval
+	if due {
+		mt.stranded = time.Now()
+	}
+	mt.mu.Unlock()
+	if !due {
+		return moved, nil
+	}
+	n, err := mt.SweepStranded(ctx)
+	return moved + n, err
+}
+
+func (mt *Maintainer) sweepStuck(ctx context.Context) (int, error) {
 	moved := 0
 	for range mt.cfg.MaxBatches {
 		stuck, err := mt.store.OperationsStuckDispatched(ctx, mt.cfg.DispatchedGrace, mt.cfg.Batch)
@@ -279,6 +317,38 @@ func (mt *Maintainer) Sweep(ctx context.Context) (int, error) {
 	mt.m.Maintained("sweep", moved)
 	mt.m.Capped("sweep")
 	mt.log.Warn().Int("moved", moved).Msg("sweeper stopped at its cap with more stuck operations waiting; it goes on at its next pass")
+	return moved, nil
+}
+
+// SweepStranded fences off operations in dispatched that no unfinished
+// attempt at their lease epoch holds, once the deadline of their latest
+// attempt (or, without one, the time they entered dispatched) plus grace
+// has passed on the database's clock, looping until a batch comes back
+// short (up to the cap). It returns how many it moved.
+func (mt *Maintainer) SweepStranded(ctx context.Context) (int, error) {
+	moved := 0
+	for range mt.cfg.MaxBatches {
+		stranded, err := mt.store.OperationsDispatchedUnclaimed(ctx, mt.cfg.DispatchedGrace, mt.cfg.Batch)
+		if err != nil {
+			return moved, err
+		}
+		for _, o := range stranded {
+			ok, err := mt.fence(ctx, o, "", "in dispatched with no unfinished attempt, past the attempt's deadline")
+			if err != nil {
+				return moved, err
+			}
+			if ok {
+				moved++
+			}
+		}
+		if len(stranded) < mt.cfg.Batch {
+			mt.m.Maintained("strand", moved)
+			return moved, nil
+		}
+	}
+	mt.m.Maintained("strand", moved)
+	mt.m.Capped("strand")
+	mt.log.Warn().Int("moved", moved).Msg("sweeper stopped at its cap with more stranded operations waiting; it goes on at its next pass")
 	return moved, nil
 }
 
@@ -410,52 +480,63 @@ func (mt *Maintainer) tool(o *op.Operation) *registry.Tool {
 }
 
 // redriveTask is the periodic re-drive: it re-drives everything at once
-// when the OPS stream was recreated since the last look.
+// when the OPS stream was recreated since a leader last looked. The
+// creation time a leader saw is kept in the ledger (maintenance_leader), so
+// that a leader elected after the NATS server lost its store still sees
+// the change.
 func (mt *Maintainer) redriveTask(ctx context.Context) (int, error) {
 	after := mt.cfg.RedriveAfter
-	if mt.watch != nil {
-		created, err := mt.watch(ctx)
-		if err != nil {
-			mt.log.Warn().Err(err).Msg("cannot read the OPS stream; re-driving on schedule only")
-		} else {
-			mt.mu.Lock()
-			recreated := !mt.created.IsZero() && created.After(mt.created)
-			mt.created = created
-			if recreated {
-				clear(mt.redriven)
-			}
-			mt.mu.Unlock()
-			if recreated {
-				mt.log.Warn().Time("created", created).Msg("the OPS stream was recreated (the NATS server lost its store); re-driving every waiting operation")
-				after = 0
-			}
-		}
+	if recreated, err := mt.opsRecreated(ctx); err != nil {
+		mt.log.Warn().Err(err).Msg("cannot tell whether the OPS stream was recreated; re-driving on schedule only")
+	} else if recreated {
+		mt.mu.Lock()
+		clear(mt.redriven)
+		mt.mu.Unlock()
+		after = 0
 	}
 	return mt.Redrive(ctx, after)
 }
 
+// opsRecreated reads the OPS stream's creation time, compares it with the
+// one recorded in the ledger and records it when it changed. It reports
+// whether the stream was created again since it was first recorded.
+func (mt *Maintainer) opsRecreated(ctx context.Context) (bool, error) {
+	if mt.watch == nil {
+		return false, nil
+	}
+	created, err := mt.watch(ctx)
+	if err != nil {
+		return false, fmt.Errorf("read the OPS stream: %w", err)
+	}
+	created = created.UTC().Truncate(time.Microsecond) // as timestamptz keeps it
+	seen, err := mt.store.OpsStreamCreated(ctx)
+	if err != nil {
+		return false, err
+	}
+	if seen.Equal(created) {
+		return false, nil
+	}
+	if err := mt.store.SetOpsStreamCreated(ctx, created); err != nil {
+		return false, err
+	}
+	if seen.IsZero() {
+		return false, nil // the first look: nothing to compare with
+	}
+	mt.log.Warn().Time("created", created).Time("before", seen).
+		Msg("the OPS stream was recreated (the NATS server lost its store); re-driving every waiting operation")
+	return true, nil
+}
+
 // Redrive writes the command again for every operation waiting longer than
 // olderThan (on the database's clock) in pending_dispatch, unknown_outcome or
-// acknowledged with nothing in the outbox to move it, and sweeps operations
-// stranded in dispatched past their attempt's deadline whatever their
-// attempts say. An operation it re-drove is not re-driven again by this
-// leader for RedriveAfter. It returns how many operations it moved.
+// acknowledged with nothing in the outbox to move it (and, for a reconcile
+// command, whose next lookup is overdue by as long: one the reconciler is
+// only holding back is alive). An operation it re-drove is not re-driven
+// again by this leader for RedriveAfter. The OPS stream keeps one message
+// per subject, and a command's subject names its operation, so writing one
+// again never multiplies it. It loops until a batch comes back short, up to
+// the cap, and returns how many operations it re-drove.
 func (mt *Maintainer) Redrive(ctx context.Context, olderThan time.Duration) (int, error) {
-	n := 0
-	stranded, err := mt.store.OperationsDispatchedUnclaimed(ctx, max(olderThan, mt.cfg.DispatchedGrace), mt.cfg.DispatchedGrace, mt.cfg.Batch)
-	if err != nil {
-		return 0, err
-	}
-	for _, o := range stranded {
-		ok, err := mt.fence(ctx, o, "", "in dispatched with no live attempt")
-		if err != nil {
-			return n, err
-		}
-		if ok {
-			n++
-		}
-	}
-	mt.m.Maintained("strand", n)
 	now := time.Now()
 	mt.mu.Lock()
 	for id, at := range mt.redriven {
@@ -465,10 +546,14 @@ func (mt *Maintainer) Redrive(ctx context.Context, olderThan time.Duration) (int
 	}
 	mt.mu.Unlock()
 	redriven := 0
+	var last *op.Operation
 	for range mt.cfg.MaxBatches {
-		ops, err := mt.store.OperationsUnattended(ctx, olderThan, mt.cfg.Batch)
+		ops, err := mt.store.OperationsUnattended(ctx, olderThan, last, mt.cfg.Batch)
 		if err != nil {
-			return n + redriven, err
+			return redriven, err
+		}
+		if len(ops) > 0 {
+			last = ops[len(ops)-1]
 		}
 		var todo []*op.Operation
 		mt.mu.Lock()
@@ -487,7 +572,7 @@ func (mt *Maintainer) Redrive(ctx context.Context, olderThan time.Duration) (int
 				return tx.Enqueue(ctx, outbox.Command(kind, o, o.OriginEventID, telemetry.FromTraceID(o.TraceID), 0))
 			})
 			if err != nil {
-				return n + redriven, err
+				return redriven, err
 			}
 			mt.mu.Lock()
 			mt.redriven[o.ID] = now
@@ -497,15 +582,15 @@ func (mt *Maintainer) Redrive(ctx context.Context, olderThan time.Duration) (int
 			mt.log.Warn().Str("operation_id", o.ID).Str("tool", o.Tool).Str("idempotency_key", o.IdempotencyKey).
 				Str("state", string(o.State)).Time("updated_at", o.UpdatedAt).Msg("command lost after publish; written again")
 		}
-		if len(ops) < mt.cfg.Batch || len(todo) == 0 {
+		if len(ops) < mt.cfg.Batch {
 			mt.m.Maintained("redrive", redriven)
-			return n + redriven, nil
+			return redriven, nil
 		}
 	}
 	mt.m.Maintained("redrive", redriven)
 	mt.m.Capped("redrive")
 	mt.log.Warn().Int("redriven", redriven).Msg("re-drive stopped at its cap with more operations waiting; it goes on at its next pass")
-	return n + redriven, nil
+	return redriven, nil
 }
 
 // Retain deletes published outbox rows older than OutboxRetention and
@@ -520,6 +605,7 @@ func (mt *Maintainer) Retain(ctx context.Context) (int, error) {
 	}{
 		{"retention_outbox", mt.store.DeleteSentOutbox, mt.cfg.OutboxRetention},
 		{"retention_inbox", mt.store.DeleteRejectedInbox, mt.cfg.RejectedRetention},
+		{"retention_lookups", mt.store.DeleteDoneLookups, mt.cfg.LookupRetention},
 	} {
 		deleted, capped := 0, true
 		for range mt.cfg.MaxBatches {
@@ -547,7 +633,19 @@ func (mt *Maintainer) Retain(ctx context.Context) (int, error) {
 	mt.m.Parked(n)
 	if n > 0 {
 		mt.log.Warn().Int64("parked", n).Str("first_msg_id", parked[0].MsgID).Str("first_error", parked[0].LastError).
-			Msg("outbox rows are parked: NATS refused them repeatedly; a person must look")
+			Msg("outbox rows are parked: NATS refused them repeatedly; a person must look (opledger ops parked)")
 	}
 	return total, nil
+}
+
+// CountParked sets the parked-rows gauge from the ledger (the leader does it
+// every sweep pass, so that a row parked or requeued shows within seconds).
+// It returns the count.
+func (mt *Maintainer) CountParked(ctx context.Context) (int, error) {
+	_, n, err := mt.store.OutboxParked(ctx, 0)
+	if err != nil {
+		return 0, err
+	}
+	mt.m.Parked(n)
+	return int(n), nil
 }

@@ -50,7 +50,7 @@ func setup(t *testing.T) bundle {
 	}})
 	b.dispatcher = dispatch.New(dispatch.Config{Name: "dispatcher-1"}, b.Store, b.Bus, b.Registry, b.Adapters, nil, b.Log)
 	b.reconciler = reconcile.New(reconcile.Config{Name: "reconciler-1", SettleDelay: settleDelay}, b.Store, b.Bus, b.Registry, b.Adapters, nil, b.Log)
-	b.maint = maintain.New(maintain.Config{Name: "maintainer-1", DispatchedGrace: grace, RedriveAfter: time.Minute},
+	b.maint = maintain.New(maintain.Config{Name: "maintainer-1", DispatchedGrace: grace, RedriveAfter: time.Minute, StrandInterval: time.Nanosecond},
 		b.Store, b.Registry, nil, nil, b.Log)
 	return b
 }

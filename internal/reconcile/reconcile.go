@@ -133,29 +133,22 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 			return err
 		}
 	}
-	// The tool's reconciliation schedule: after max_lookups deliveries, or
-	// past its deadline since the outcome became ambiguous (on the
-	// database's clock), a lookup that settles nothing escalates.
+	// The tool's reconciliation schedule: after max_lookups lookups that
+	// failed or found the effect pending, counted in the ledger (a command
+	// written again starts JetStream's delivery count from one), or past
+	// its deadline since the outcome became ambiguous (on the database's
+	// clock), a lookup that settles nothing escalates.
 	now, err := s.store.DBNow(ctx)
 	if err != nil {
 		return err
 	}
 	sched := tool.Reconcile
 	overdue := sched.Deadline > 0 && now.Sub(o.UpdatedAt) >= sched.Deadline
-	last := int(d.Delivered) >= sched.MaxLookups || overdue
-	v := s.verdict(ctx, tool, o, last, log)
+	v := s.verdict(ctx, tool, o, log)
 	if v.event == "" && overdue {
 		v = verdict{event: op.EventEscalate, metric: "escalated",
 			why: fmt.Sprintf("no verdict within the tool's reconciliation deadline (%s): a person must check", sched.Deadline)}
 	}
-	if v.err != nil {
-		if last {
-			v = verdict{event: op.EventEscalate, why: "the verdict could not be established: " + wire.Clip200(v.err.Error()), metric: "escalated"}
-		} else {
-			return bus.RetryIn(v.err, sched.Interval)
-		}
-	}
-	s.m.Reconciled(o.Tool, v.metric)
 	if v.event == "" {
 		wait := sched.Interval
 		if v.wait > 0 {
@@ -167,14 +160,37 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 			// Never sleep past the deadline: look then, and decide.
 			wait = min(wait, max(sched.Deadline-now.Sub(o.UpdatedAt), 10*time.Millisecond))
 		}
-		return bus.RetryIn(errLookAgain, wait)
+		wait = min(wait, maxRetryIn)
+		n, err := s.store.NoteLookup(ctx, o.ID, o.Version, v.failure != "", wait)
+		if err != nil {
+			return err
+		}
+		if v.failure == "" || n.Moved || n.Failures < sched.MaxLookups {
+			s.m.Reconciled(o.Tool, v.metric)
+			cause := errLookAgain
+			if v.err != nil {
+				cause = v.err
+			}
+			return bus.RetryIn(cause, wait)
+		}
+		v = verdict{event: op.EventEscalate, why: v.failure, metric: "escalated"}
 	}
+	s.m.Reconciled(o.Tool, v.metric)
 	failpoint.Hit(failpoint.ReconcileBeforeCommit)
 	err = s.write(ctx, tool, o, v, cmd.EventID, tp, log)
-	if err != nil && v.event != op.EventEscalate && (last || errors.Is(err, op.ErrInvalid)) {
-		// A verdict that cannot be written must not be retried forever.
-		v = verdict{event: op.EventEscalate, why: "the verdict could not be recorded: " + wire.Clip200(err.Error()), metric: "escalated"}
-		err = s.write(ctx, tool, o, v, cmd.EventID, tp, log)
+	if err != nil && v.event != op.EventEscalate {
+		// A verdict that cannot be written must not be retried forever: at
+		// once when the database refuses a value, else after max_lookups
+		// failures, counted like failed lookups.
+		escalate := errors.Is(err, op.ErrInvalid)
+		if !escalate {
+			n, nerr := s.store.NoteLookup(ctx, o.ID, o.Version, true, sched.Interval)
+			escalate = nerr == nil && !n.Moved && n.Failures >= sched.MaxLookups
+		}
+		if escalate {
+			v = verdict{event: op.EventEscalate, why: "the verdict could not be recorded: " + wire.Clip200(err.Error()), metric: "escalated"}
+			err = s.write(ctx, tool, o, v, cmd.EventID, tp, log)
+		}
 	}
 	return err
 }
@@ -206,6 +222,9 @@ func (s *Service) webhookEvidence(ctx context.Context, o *op.Operation, log zero
 	return false, nil
 }
 
+// maxRetryIn is the longest delay bus.RetryIn honours.
+const maxRetryIn = 5 * time.Minute
+
 // verdict is what a lookup decided: an event to apply, or none (look again).
 type verdict struct {
 	event  op.Event
@@ -213,14 +232,18 @@ type verdict struct {
 	why    string
 	metric string
 	now    time.Time // the database's clock, for the retry budget
-	err    error     // the lookup or a read failed: look again
+	err    error     // a read failed: look again
+	// failure, with no event, says why the lookup settled nothing in a way
+	// that counts against max_lookups (it failed, or the effect is still
+	// pending); it is the escalation's reason once they are spent.
+	failure string
 	// wait, with no event, is how long until a "not found" can be trusted.
 	wait time.Duration
 	// mayHaveApplied: a retry that is not confirmed not applied.
 	mayHaveApplied bool
 }
 
-func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operation, last bool, log zerolog.Logger) verdict {
+func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operation, log zerolog.Logger) verdict {
 	looker, ok := s.adapters[o.Tool].(adapter.Looker)
 	if !ok || tool.Adapter.HTTP.Lookup == nil {
 		if o.Class.ResendAfterAmbiguity(tool.Adapter.VendorIdempotency) && o.State == op.StateUnknownOutcome {
@@ -228,7 +251,7 @@ func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operat
 			// it again under the same key cannot make a second effect.
 			now, err := s.store.DBNow(ctx)
 			if err != nil {
-				return verdict{err: err, metric: "error"}
+				return failed(err)
 			}
 			return verdict{event: op.EventFailRetryable, why: "no lookup, but the vendor deduplicates by key: sent again under the same key",
 				metric: "resent", now: now, mayHaveApplied: true}
@@ -244,22 +267,16 @@ func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operat
 	}
 	switch {
 	case err != nil:
-		if last {
-			return verdict{event: op.EventEscalate, why: "lookups keep failing: " + wire.Clip200(err.Error()), metric: "escalated"}
-		}
 		log.Warn().Err(err).Msg("lookup failed; will look again")
-		return verdict{metric: "error"}
+		return verdict{metric: "error", failure: "lookups keep failing: " + wire.Clip200(err.Error())}
 	case lr.Found && lr.Outcome == op.OutcomeAcknowledged:
-		if last {
-			return verdict{event: op.EventEscalate, why: "the vendor still reports the effect as pending", metric: "escalated"}
-		}
-		return verdict{metric: "pending"}
+		return verdict{metric: "pending", failure: "the vendor still reports the effect as pending"}
 	case lr.Found && lr.Outcome == op.OutcomePermanent:
 		return verdict{event: op.EventFailPermanent, extID: lr.ExternalObjectID, why: "the vendor reports the effect failed", metric: "found_failed"}
 	case lr.Found && lr.Outcome == op.OutcomeSuccess:
 		return verdict{event: op.EventSucceed, extID: lr.ExternalObjectID, why: "found at the vendor", metric: "found"}
 	case lr.Found:
-		return verdict{err: fmt.Errorf("reconcile: lookup reported found with outcome %q", lr.Outcome), metric: "error"}
+		return failed(fmt.Errorf("reconcile: lookup reported found with outcome %q", lr.Outcome))
 	case o.State == op.StateAcknowledged:
 		// The vendor confirmed it received the request, yet has no record:
 		// "not found" proves nothing here, and re-sending could duplicate it.
@@ -272,11 +289,11 @@ func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operat
 	// on the database's clock. Before then, look again when it has passed.
 	now, err := s.store.DBNow(ctx)
 	if err != nil {
-		return verdict{err: err, metric: "error"}
+		return failed(err)
 	}
 	atts, err := s.store.Attempts(ctx, o.ID)
 	if err != nil {
-		return verdict{err: err, metric: "error"}
+		return failed(err)
 	}
 	trustAt := o.UpdatedAt.Add(s.cfg.SettleDelay)
 	if len(atts) > 0 {
@@ -291,6 +308,12 @@ func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operat
 		return verdict{event: op.EventEscalate, why: "the vendor answered the request but its lookup has no record of it", metric: "not_found"}
 	}
 	return verdict{event: op.EventFailRetryable, why: "the vendor has no record: never applied", metric: "not_found", now: now}
+}
+
+// failed is the verdict when a read the verdict needs failed: look again,
+// and count it against max_lookups.
+func failed(err error) verdict {
+	return verdict{err: err, metric: "error", failure: "the verdict could not be established: " + wire.Clip200(err.Error())}
 }
 
 // vendorAnswered reports whether the operation's latest attempt got an

@@ -138,3 +138,30 @@ func (s *Store) DeleteRejectedInbox(ctx context.Context, olderThan time.Duration
 	}
 	return n, nil
 }
+
+// OpsStreamCreated returns the OPS stream's creation time as a maintenance
+// leader last recorded it (zero: never).
+func (s *Store) OpsStreamCreated(ctx context.Context) (time.Time, error) {
+	t, err := s.q.LeaderOpsStreamCreated(ctx)
+	if err != nil {
+		err = translate(err)
+		if isNotFound(err) {
+			return time.Time{}, nil
+		}
+		return time.Time{}, fmt.Errorf("leader: OPS stream creation time: %w", err)
+	}
+	if t == nil {
+		return time.Time{}, nil
+	}
+	return *t, nil
+}
+
+// SetOpsStreamCreated records the OPS stream's creation time for the next
+// leader to compare with (the leader's row must exist: TryLead writes it).
+func (s *Store) SetOpsStreamCreated(ctx context.Context, created time.Time) error {
+	c := created.UTC()
+	if _, err := s.q.LeaderSetOpsStreamCreated(ctx, &c); err != nil {
+		return fmt.Errorf("leader: record OPS stream creation time: %w", translate(err))
+	}
+	return nil
+}

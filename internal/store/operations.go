@@ -318,13 +318,15 @@ func (r reads) OperationsStuckDispatched(ctx context.Context, grace time.Duratio
 	return out, nil
 }
 
-// OperationsDispatchedUnclaimed returns up to limit operations in dispatched,
-// unchanged for olderThan, with no open attempt at their lease epoch still
-// inside its deadline plus grace: stranded whatever their attempts say.
-// It scans operations; the maintenance leader calls it rarely.
-func (r reads) OperationsDispatchedUnclaimed(ctx context.Context, olderThan, grace time.Duration, limit int) ([]*op.Operation, error) {
+// OperationsDispatchedUnclaimed returns up to limit operations in dispatched
+// that no unfinished attempt at their lease epoch holds, past the deadline of
+// their latest attempt at that epoch (or, without one, the time they entered
+// dispatched) plus grace on the database's clock: stranded whatever their
+// attempts say. Open attempts past their deadline are
+// OperationsStuckDispatched's. It scans operations.
+func (r reads) OperationsDispatchedUnclaimed(ctx context.Context, grace time.Duration, limit int) ([]*op.Operation, error) {
 	rows, err := r.q.OperationListDispatchedUnclaimed(ctx, dbsqlc.OperationListDispatchedUnclaimedParams{
-		OlderThanSeconds: olderThan.Seconds(), GraceSeconds: grace.Seconds(), MaxRows: int32(limit), Now: r.now(),
+		GraceSeconds: grace.Seconds(), MaxRows: int32(limit), Now: r.now(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list stranded operations: %w", translate(err))
@@ -334,12 +336,17 @@ func (r reads) OperationsDispatchedUnclaimed(ctx context.Context, olderThan, gra
 
 // OperationsUnattended returns up to limit operations in pending_dispatch,
 // unknown_outcome or acknowledged, unchanged for olderThan on the database's
-// clock, with no unsent outbox row: the command that should move them was
-// lost after it was published. Oldest first.
-func (r reads) OperationsUnattended(ctx context.Context, olderThan time.Duration, limit int) ([]*op.Operation, error) {
-	rows, err := r.q.OperationListUnattended(ctx, dbsqlc.OperationListUnattendedParams{
-		OlderThanSeconds: olderThan.Seconds(), MaxRows: int32(limit), Now: r.now(),
-	})
+// clock, with no unsent outbox row (and no reconcile command only held back
+// by the reconciler): the command that should move them was lost after it
+// was published. Oldest first; after, when not nil, is the last operation
+// of the page before (a pass reads page after page).
+func (r reads) OperationsUnattended(ctx context.Context, olderThan time.Duration, after *op.Operation, limit int) ([]*op.Operation, error) {
+	p := dbsqlc.OperationListUnattendedParams{OlderThanSeconds: olderThan.Seconds(), MaxRows: int32(limit), Now: r.now()}
+	if after != nil {
+		at := after.UpdatedAt
+		p.AfterUpdatedAt, p.AfterID = &at, after.ID
+	}
+	rows, err := r.q.OperationListUnattended(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("list unattended operations: %w", translate(err))
 	}
