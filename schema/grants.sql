@@ -50,7 +50,8 @@ GRANT SELECT ON operations TO opledger_ingest, opledger_dispatcher, opledger_rec
     opledger_compensator, opledger_maintainer, opledger_operator;
 GRANT INSERT ON operations TO opledger_ingest, opledger_compensator, opledger_operator;
 GRANT UPDATE (state, version, lease_epoch, generation, generation_started_at, generation_attempt_base,
-              external_request_id, external_object_id, last_error_category, last_error, updated_at)
+              external_request_id, external_object_id, compensation_operation_id, last_error_category, last_error,
+              updated_at)
     ON operations TO opledger_ingest, opledger_dispatcher, opledger_reconciler,
     opledger_compensator, opledger_maintainer, opledger_operator;
 GRANT UPDATE (attempt_count) ON operations TO opledger_dispatcher;

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -9,301 +8,365 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"runtime/pprof"
-	"slices"
-	"sync"
-	"sync/atomic"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/opledger/opledger/internal/app"
+	"github.com/opledger/opledger/internal/benchkit"
 	"github.com/opledger/opledger/pkg/client"
-	"github.com/opledger/opledger/pkg/op"
-	"github.com/opledger/opledger/pkg/wire"
 )
 
-// benchConfig configures runBench.
+// benchConfig configures runBench; the flags say what each field does.
 type benchConfig struct {
-	// Ops is the number of intents in the throughput run.
-	Ops int
-	// LatencySamples is the number of sequential intents timed one by one.
-	LatencySamples int
-	// PGSeconds is how long the Postgres commit-rate baseline runs.
-	PGSeconds float64
+	Ops             int
+	Warmup          int
+	Concurrency     int
+	PGSeconds       float64
+	Rate            rateFlag
+	HighLoad        float64
+	LatencyDuration time.Duration
+	Arrivals        benchkit.Arrivals
+	Baseline        bool
+	Preload         int
+	PreloadWorkers  int
+	PreloadChunk    int
+	Duration        time.Duration
+	Interval        time.Duration
+	PGSS            bool
+	JSON            bool
+	CPUProfile      string
 }
 
-// runBench is "opledger bench": end-to-end throughput from intent to
-// completed_success against an instant local vendor, the latency opledger adds
-// over calling that vendor directly, and Postgres's own single-row-insert
-// commit rate at 16 connections on the same cluster, for the ratio.
+// rateFlag is an open-loop rate: ops/s ("100"), or a percentage of the
+// throughput this run measures ("80%").
+type rateFlag struct {
+	value   float64
+	percent bool
+}
+
+func (r *rateFlag) String() string {
+	if r.percent {
+		return strconv.FormatFloat(r.value, 'f', -1, 64) + "%"
+	}
+	return strconv.FormatFloat(r.value, 'f', -1, 64)
+}
+
+func (r *rateFlag) Set(s string) error {
+	num, pct := strings.CutSuffix(s, "%")
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v <= 0 {
+		return fmt.Errorf("want ops/s or a percentage of the measured throughput (100, 80%%), got %q", s)
+	}
+	r.value, r.percent = v, pct
+	return nil
+}
+
+// arrivalsFlag is -arrivals.
+type arrivalsFlag benchkit.Arrivals
+
+func (a *arrivalsFlag) String() string { return string(*a) }
+
+func (a *arrivalsFlag) Set(s string) error {
+	if !benchkit.Arrivals(s).Valid() {
+		return fmt.Errorf("want poisson or uniform, got %q", s)
+	}
+	*a = arrivalsFlag(s)
+	return nil
+}
+
+// pgssSettings load pg_stat_statements into a private cluster (bench -pgss).
+var pgssSettings = map[string]string{"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.max": "10000"}
+
+// runBench is "opledger bench". By default it measures, in one run against
+// one stack:
+//
+//   - throughput: a closed loop of -ops intents, -concurrency publishes in
+//     flight, intent → completed_success, with the ledger's stage times and
+//     what each operation cost Postgres (write transactions and WAL, and
+//     pg_stat_statements' figures with -pgss);
+//   - Postgres's own single-row commit rate at 16 connections on the same
+//     cluster right after, and the ratio;
+//   - latency, open loop at -rate and at -high-load % of the throughput just
+//     measured: end to end minus a direct vendor call at the same rate;
+//   - the answer to a duplicate intent (same business key under a new event
+//     id; the same event id again);
+//   - the baseline a team would write first (an idempotency-key table in
+//     Postgres, no bus) at the same concurrency and rates, beside opledger.
+//
+// -preload N first builds a ledger of N completed operations with COPY;
+// -duration D instead runs at -rate for D, reporting every -interval whether
+// latency, memory, backlog and the hot tables stay flat.
 func runBench(ctx context.Context, args []string, env func(string) (string, bool), out, stderr io.Writer) error {
 	fs := flag.NewFlagSet("opledger bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f := newStackFlags(fs, env, "error")
-	var cfg benchConfig
+	cfg := benchConfig{Rate: rateFlag{value: 100}, Arrivals: benchkit.Poisson}
 	sc := &f.cfg.Services
-	fs.IntVar(&cfg.Ops, "ops", 5000, "intents in the throughput run")
-	fs.IntVar(&cfg.LatencySamples, "latency-samples", 500, "sequential intents for the latency run")
-	fs.Float64Var(&cfg.PGSeconds, "pg-seconds", 5, "duration of the Postgres baseline")
+	fs.IntVar(&cfg.Ops, "ops", 5000, "intents in the closed-loop throughput run (and the baseline's)")
+	fs.IntVar(&cfg.Warmup, "warmup", 200, "intents run before anything is measured")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 64, "intents being published at once in the throughput run; the baseline's workers")
+	fs.Float64Var(&cfg.PGSeconds, "pg-seconds", 3, "duration of the Postgres commit-rate measurement (0: skip)")
+	fs.Var(&cfg.Rate, "rate", "open-loop rate of the moderate latency run and of -duration: ops/s, or N% of the throughput measured in this run")
+	fs.Float64Var(&cfg.HighLoad, "high-load", 80, "second latency run at this percentage of the measured throughput (0: skip)")
+	fs.DurationVar(&cfg.LatencyDuration, "latency-duration", 3*time.Second, "length of each open-loop latency run")
+	fs.Var((*arrivalsFlag)(&cfg.Arrivals), "arrivals", "open-loop arrivals: poisson (independent callers) or uniform (evenly spaced)")
+	fs.BoolVar(&cfg.Baseline, "baseline", true, "also run the hand-rolled baseline (idempotency-key table, no bus)")
+	fs.IntVar(&cfg.Preload, "preload", 0, "first build a ledger of this many completed operations (COPY), then measure on it")
+	fs.IntVar(&cfg.PreloadWorkers, "preload-workers", 4, "connections copying the preload in parallel")
+	fs.IntVar(&cfg.PreloadChunk, "preload-chunk", 20000, "operations per preload transaction")
+	fs.DurationVar(&cfg.Duration, "duration", 0, "steady mode: run at -rate for this long instead of the default measurements")
+	fs.DurationVar(&cfg.Interval, "interval", time.Minute, "steady mode: report every interval")
+	fs.BoolVar(&cfg.PGSS, "pgss", false, "pg_stat_statements figures per operation (a private cluster preloads the extension)")
+	fs.BoolVar(&cfg.JSON, "json", false, "print every figure as one JSON document on stdout (the text report goes to stderr)")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run to this file")
 	fs.BoolVar(&f.cfg.Infra.Durable, "durable", true, "private cluster keeps fsync on (as in production)")
 	fs.IntVar(&sc.Dispatchers, "dispatchers", 3, "dispatcher instances")
 	fs.IntVar(&sc.Relays, "relays", 2, "outbox relays")
 	fs.IntVar(&sc.IngestWorkers, "ingest-workers", 0, "concurrent intents in planner-ingest (0: the service default)")
 	fs.IntVar(&sc.DispatchWorkers, "dispatch-workers", 32, "concurrent vendor calls per dispatcher")
 	dbConns := fs.Int("db-conns", 0, "Postgres connections in the services' pool (0: the default)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the throughput run to this file")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintln(stderr, err)
+		return errUsage
 	}
 	if err := f.logger(stderr); err != nil {
 		return err
 	}
-	f.cfg.Infra.MemoryStreams = true
+	steady := cfg.Duration > 0
+	// Streams in memory keep JetStream's disk out of the short runs; a
+	// steady run keeps its streams on disk, as in production, or the
+	// RESULTS and INTENTS streams (kept 1 h and 24 h) would grow the heap
+	// it watches.
+	f.cfg.Infra.MemoryStreams = !steady
+	if cfg.PGSS {
+		f.cfg.Infra.PGSettings = pgssSettings
+	}
 	sc.DBMaxConns = int32(*dbConns)
+
+	text := out
+	if cfg.JSON {
+		text = stderr
+	}
+	started := time.Now()
+	b := &bench{cfg: cfg, out: text, run: benchkit.RunID(started),
+		hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512}}}
+	b.rep = &benchReport{RunID: b.run, Started: started, Settings: benchSettings{
+		Ops: cfg.Ops, Warmup: cfg.Warmup, Concurrency: cfg.Concurrency, Dispatchers: sc.Dispatchers, Relays: sc.Relays,
+		IngestWorkers: sc.IngestWorkers, DispatchWorkers: sc.DispatchWorkers, DBConns: int(sc.DBMaxConns),
+		Durable: f.cfg.Infra.Durable, MemoryStreams: f.cfg.Infra.MemoryStreams, Arrivals: string(cfg.Arrivals),
+		Rate: cfg.Rate.String(), HighLoadPercent: cfg.HighLoad, LatencySeconds: cfg.LatencyDuration.Seconds(),
+		PGSeconds: cfg.PGSeconds, Preload: cfg.Preload, DurationSeconds: cfg.Duration.Seconds(), IntervalSeconds: cfg.Interval.Seconds(),
+		PGSS: cfg.PGSS, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
+	}}
+
 	d, err := app.StartStack(ctx, f.cfg)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	for _, w := range d.Infra.Where {
-		fmt.Fprintf(out, "# %s\n", w)
+	b.d = d
+	b.rep.Where = d.Infra.Where
+	if b.db, err = pgx.Connect(ctx, d.Infra.DatabaseURL); err != nil {
+		return err
 	}
-	fmt.Fprintf(out, "# dispatchers=%d relays=%d ingest-workers=%d dispatch-workers=%d db-conns=%d durable=%v (0 = service default)\n",
-		sc.Dispatchers, sc.Relays, sc.IngestWorkers, sc.DispatchWorkers, sc.DBMaxConns, f.cfg.Infra.Durable)
+	defer b.db.Close(context.WithoutCancel(ctx))
+	if err := b.db.QueryRow(ctx, benchTag+`SELECT current_setting('server_version')`).Scan(&b.rep.Settings.PostgresVersion); err != nil {
+		return err
+	}
+	for _, w := range d.Infra.Where {
+		fmt.Fprintf(text, "# %s\n", w)
+	}
+	fmt.Fprintf(text, "# run %s: every workflow, event id and order id of this run starts with it\n", b.run)
+	fmt.Fprintf(text, "# dispatchers=%d relays=%d ingest-workers=%d dispatch-workers=%d db-conns=%d durable=%v concurrency=%d arrivals=%s (0 = service default); postgres %s, %d CPUs\n",
+		sc.Dispatchers, sc.Relays, sc.IngestWorkers, sc.DispatchWorkers, sc.DBMaxConns, f.cfg.Infra.Durable, cfg.Concurrency, cfg.Arrivals,
+		b.rep.Settings.PostgresVersion, runtime.NumCPU())
 
-	cl, err := client.Connect(d.Infra.NATSURL, "bench")
+	if b.cl, err = client.Connect(d.Infra.NATSURL, "bench"); err != nil {
+		return err
+	}
+	defer b.cl.Close()
+	if err := b.setupPGSS(ctx); err != nil {
+		return err
+	}
+	if cfg.Preload > 0 {
+		if err := b.preload(ctx); err != nil {
+			return err
+		}
+	}
+	if cfg.Warmup > 0 {
+		// Warm up connections, caches and prepared statements.
+		if _, err := benchRun(ctx, b.cl, b.wf("warm"), cfg.Warmup, cfg.Concurrency); err != nil {
+			return fmt.Errorf("bench: warm-up: %w", err)
+		}
+	}
+	if steady {
+		if cfg.Rate.percent {
+			if err := b.throughput(ctx); err != nil {
+				return err
+			}
+		}
+		if err := b.steady(ctx); err != nil {
+			return err
+		}
+		return b.finish(out, started)
+	}
+	if err := b.throughput(ctx); err != nil {
+		return err
+	}
+	if err := b.commitRate(ctx); err != nil {
+		return err
+	}
+	if err := b.latencies(ctx); err != nil {
+		return err
+	}
+	if err := b.duplicates(ctx); err != nil {
+		return err
+	}
+	if cfg.Baseline {
+		if err := b.baseline(ctx); err != nil {
+			return err
+		}
+	}
+	b.sideBySide()
+	return b.finish(out, started)
+}
+
+func (c *benchConfig) validate() error {
+	switch {
+	case c.Ops < 1:
+		return fmt.Errorf("-ops must be at least 1")
+	case c.Warmup < 0, c.Preload < 0:
+		return fmt.Errorf("-warmup and -preload may not be negative")
+	case c.Concurrency < 1, c.PreloadWorkers < 1, c.PreloadChunk < 1:
+		return fmt.Errorf("-concurrency, -preload-workers and -preload-chunk must be at least 1")
+	case c.LatencyDuration <= 0:
+		return fmt.Errorf("-latency-duration must be positive")
+	case c.HighLoad < 0:
+		return fmt.Errorf("-high-load may not be negative")
+	case c.Duration < 0 || (c.Duration > 0 && c.Interval <= 0):
+		return fmt.Errorf("-duration may not be negative, and -interval must be positive")
+	}
+	return nil
+}
+
+// bench is one run of opledger bench.
+type bench struct {
+	cfg benchConfig
+	d   *app.Stack
+	cl  *client.Client
+	// db is the bench's own connection (statistics, pg_stat_statements);
+	// its statements carry benchTag, so they are told apart from the
+	// pipeline's.
+	db  *pgx.Conn
+	run string
+	out io.Writer // the text report
+	rep *benchReport
+	hc  *http.Client
+
+	pgss bool // pg_stat_statements is usable
+	// thr is the throughput measured in this run (ops/s), for the
+	// percentage rates.
+	thr float64
+	// answered are intents of the moderate latency run that completed,
+	// for the duplicates run.
+	answered []intentSent
+}
+
+// benchTag starts every statement of the bench's own connection.
+const benchTag = "/* opledger bench */ "
+
+// wf returns the workflow id of one phase of this run.
+func (b *bench) wf(phase string) string { return b.run + "_" + phase }
+
+// rate resolves a rate flag against the throughput measured in this run.
+func (b *bench) rate(r rateFlag) float64 {
+	if r.percent {
+		return b.thr * r.value / 100
+	}
+	return r.value
+}
+
+// finish prints the JSON document (with -json) and the wall time.
+func (b *bench) finish(out io.Writer, started time.Time) error {
+	b.rep.Seconds = time.Since(started).Seconds()
+	fmt.Fprintf(b.out, "# bench took %s\n", time.Since(started).Round(time.Millisecond))
+	if !b.cfg.JSON {
+		return nil
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(b.rep)
+}
+
+// throughput runs the closed loop: -ops intents, -concurrency publishes in
+// flight, until every one has its completed_success result; with what each
+// operation cost Postgres.
+func (b *bench) throughput(ctx context.Context) error {
+	wf := b.wf("thr")
+	before, err := b.clusterCounters(ctx)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-
-	// Warm up connections and caches.
-	if _, err := benchRun(ctx, cl, "wf_warm", 200); err != nil {
+	if err := b.resetPGSS(ctx); err != nil {
 		return err
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if b.cfg.CPUProfile != "" {
+		f, err := os.Create(b.cfg.CPUProfile)
 		if err != nil {
 			return err
 		}
+		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return err
 		}
 	}
-	thr, err := benchRun(ctx, cl, "wf_bench", cfg.Ops)
-	if *cpuProfile != "" {
+	elapsed, err := benchRun(ctx, b.cl, wf, b.cfg.Ops, b.cfg.Concurrency)
+	if b.cfg.CPUProfile != "" {
 		pprof.StopCPUProfile()
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "throughput: %d operations intent→completed_success in %s = %.0f ops/s\n", cfg.Ops, thr.Round(time.Millisecond), float64(cfg.Ops)/thr.Seconds())
-	if err := stageBreakdown(ctx, d.Infra.DatabaseURL, "wf_bench", out); err != nil {
+	t := &throughputReport{Ops: b.cfg.Ops, Seconds: elapsed.Seconds(), OpsPerSec: float64(b.cfg.Ops) / elapsed.Seconds()}
+	b.rep.Throughput, b.thr = t, t.OpsPerSec
+	fmt.Fprintf(b.out, "throughput: %d operations intent→completed_success in %s = %.0f ops/s (closed loop, %d publishes in flight)\n",
+		b.cfg.Ops, elapsed.Round(time.Millisecond), t.OpsPerSec, b.cfg.Concurrency)
+	if t.PGSS, err = b.snapshotPGSS(ctx, b.cfg.Ops); err != nil {
 		return err
 	}
-
-	e2e, err := benchLatency(ctx, cl, cfg.LatencySamples)
-	if err != nil {
+	if t.Cluster, err = b.clusterCost(ctx, before, b.cfg.Ops); err != nil {
 		return err
 	}
-	direct, err := directLatency(ctx, d.Vendors.URL(), cfg.LatencySamples)
-	if err != nil {
+	if t.Stages, err = b.stageBreakdown(ctx, wf); err != nil {
 		return err
 	}
-	p := func(xs []time.Duration, q float64) time.Duration { return xs[min(len(xs)-1, int(q*float64(len(xs))))] }
-	fmt.Fprintf(out, "latency, intent→completed_success result (n=%d): p50 %s  p99 %s\n", len(e2e), p(e2e, .5), p(e2e, .99))
-	fmt.Fprintf(out, "latency, direct vendor call        (n=%d): p50 %s  p99 %s\n", len(direct), p(direct, .5), p(direct, .99))
-	fmt.Fprintf(out, "overhead added by opledger: p50 %s  p99 %s\n", p(e2e, .5)-p(direct, .5), p(e2e, .99)-p(direct, .99))
-
-	rate, err := pgCommitRate(ctx, d.Infra.DatabaseURL, 16, time.Duration(cfg.PGSeconds*float64(time.Second)))
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "postgres single-row INSERT commits, 16 connections, same cluster: %.0f commits/s\n", rate)
-	fmt.Fprintf(out, "ratio: opledger ops/s ÷ postgres commits/s = %.3f\n", float64(cfg.Ops)/thr.Seconds()/rate)
+	t.Stages.print(b.out)
+	t.Cluster.print(b.out, "  ")
+	t.PGSS.print(b.out, "  ")
 	return nil
 }
 
-func benchIntent(wf string, i int) wire.Intent {
-	args := fmt.Sprintf(`{"order_id":"%s_%d","customer_id":"cust_%d","amount_cents":%d,"currency":"USD"}`, wf, i, i%97, 100+i%5000)
-	return wire.Intent{EventID: fmt.Sprintf("%s:call_%d", wf, i), WorkflowID: wf, Tool: "capture_payment", Args: json.RawMessage(args)}
-}
-
-// benchRun publishes n intents as fast as JetStream takes them and waits for
-// n completed_success results.
-func benchRun(ctx context.Context, cl *client.Client, wf string, n int) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	results, err := cl.Results(ctx, wire.ResultSubject(wf))
-	if err != nil {
-		return 0, err
+// commitRate measures Postgres's single-row commit rate on the same cluster,
+// right after the throughput run, and the ratio.
+func (b *bench) commitRate(ctx context.Context) error {
+	if b.cfg.PGSeconds <= 0 {
+		return nil
 	}
-	start := time.Now()
-	var pubErr atomic.Value
-	go func() {
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 64)
-		for i := range n {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				if err := cl.Publish(ctx, benchIntent(wf, i), ""); err != nil {
-					pubErr.Store(err)
-				}
-			}()
-		}
-		wg.Wait()
-	}()
-	done := map[string]bool{}
-	for len(done) < n {
-		select {
-		case r := <-results:
-			if r.Status == string(op.StateCompletedSuccess) {
-				done[r.OperationID] = true
-			} else if r.Final {
-				return 0, fmt.Errorf("bench: operation %s ended %s: %s", r.OperationID, r.Status, r.Reason)
-			}
-		case <-ctx.Done():
-			if e := pubErr.Load(); e != nil {
-				return 0, e.(error)
-			}
-			return 0, fmt.Errorf("bench: %d of %d completed: %w", len(done), n, ctx.Err())
-		}
-	}
-	return time.Since(start), nil
-}
-
-// benchLatency times n intents one at a time, from publish to the
-// completed_success result.
-func benchLatency(ctx context.Context, cl *client.Client, n int) ([]time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	wf := "wf_latency"
-	results, err := cl.Results(ctx, wire.ResultSubject(wf))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]time.Duration, 0, n)
-	for i := range n {
-		in := benchIntent(wf, i)
-		start := time.Now()
-		if err := cl.Publish(ctx, in, ""); err != nil {
-			return nil, err
-		}
-		for {
-			select {
-			case r := <-results:
-				if r.EventID != in.EventID || r.Status != string(op.StateCompletedSuccess) {
-					continue
-				}
-			case <-ctx.Done():
-				return nil, fmt.Errorf("bench: latency sample %d: %w", i, ctx.Err())
-			}
-			break
-		}
-		out = append(out, time.Since(start))
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
-// directLatency times n capture calls straight to the vendor, one at a time,
-// the way the adapter makes them.
-func directLatency(ctx context.Context, vendorURL string, n int) ([]time.Duration, error) {
-	hc := &http.Client{Timeout: 5 * time.Second}
-	out := make([]time.Duration, 0, n)
-	for i := range n {
-		body := []byte(fmt.Sprintf(`{"amount_cents":%d,"currency":"USD","customer_id":"c","order_id":"direct_%d"}`, 100+i, i))
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, vendorURL+"/v1/payments/capture", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", fmt.Sprintf("direct:%d", i))
-		start := time.Now()
-		resp, err := hc.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("bench: direct call: %w", err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		out = append(out, time.Since(start))
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
-// pgCommitRate measures single-row INSERT commits per second with conns
-// connections, each in autocommit, for d.
-func pgCommitRate(ctx context.Context, url string, conns int, d time.Duration) (float64, error) {
-	setup, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return 0, err
-	}
-	defer setup.Close(ctx)
-	if _, err := setup.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_commits (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text NOT NULL)`); err != nil {
-		return 0, err
-	}
-	var total atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, conns)
-	deadline := time.Now().Add(d)
-	for range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := pgx.Connect(ctx, url)
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer c.Close(ctx)
-			for time.Now().Before(deadline) {
-				if _, err := c.Exec(ctx, `INSERT INTO bench_commits (v) VALUES ($1)`, "x"); err != nil {
-					errs <- err
-					return
-				}
-				total.Add(1)
-			}
-		}()
-	}
-	start := time.Now()
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return 0, err
-	}
-	_, _ = setup.Exec(ctx, `DROP TABLE bench_commits`)
-	return float64(total.Load()) / time.Since(start).Seconds(), nil
-}
-
-// stageBreakdown prints, from the ledger's own event times, how long
-// operations of a workflow spent between recording and the dispatcher's claim
-// (ingest commit → relay → JetStream → dispatcher) and between the claim and
-// the recorded outcome (vendor call + recording).
-func stageBreakdown(ctx context.Context, url, wf string, out io.Writer) error {
-	conn, err := pgx.Connect(ctx, url)
+	rate, err := pgCommitRate(ctx, b.d.Infra.DatabaseURL, 16, time.Duration(b.cfg.PGSeconds*float64(time.Second)))
 	if err != nil {
 		return err
 	}
-	defer conn.Close(ctx)
-	var q1, q2, q3, q4, span float64
-	err = conn.QueryRow(ctx, `
-		WITH t AS (
-			SELECT o.id,
-			       max(e.at) FILTER (WHERE e.event = 'create')   AS created,
-			       max(e.at) FILTER (WHERE e.event = 'dispatch') AS claimed,
-			       max(e.at) FILTER (WHERE e.event = 'succeed')  AS done
-			FROM operations o JOIN operation_events e ON e.operation_id = o.id
-			WHERE o.workflow_id = $1 GROUP BY o.id)
-		SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM claimed - created)) * 1000,
-		       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM claimed - created)) * 1000,
-		       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - claimed)) * 1000,
-		       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM done - claimed)) * 1000,
-		       extract(epoch FROM max(created) - min(created)) * 1000
-		FROM t`, wf).Scan(&q1, &q2, &q3, &q4, &span)
-	if err != nil {
-		return fmt.Errorf("bench: stage breakdown: %w", err)
-	}
-	fmt.Fprintf(out, "  under load, recorded→claimed by a dispatcher: p50 %.1fms p99 %.1fms; claimed→outcome recorded: p50 %.1fms p99 %.1fms; intents recorded over %.0fms\n", q1, q2, q3, q4, span)
+	b.rep.Postgres = &commitRateReport{Connections: 16, Seconds: b.cfg.PGSeconds, CommitsPerSec: rate}
+	b.rep.Ratio = b.thr / rate
+	fmt.Fprintf(b.out, "postgres single-row INSERT commits, 16 connections, same cluster: %.0f commits/s\n", rate)
+	fmt.Fprintf(b.out, "ratio: opledger ops/s ÷ postgres commits/s = %.3f\n", b.rep.Ratio)
 	return nil
 }

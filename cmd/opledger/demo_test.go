@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,16 @@ import (
 	"github.com/opledger/opledger/internal/vendors"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(asMainEnv) == "1" {
+		// Re-executed by a test as the opledger command itself (mcp_test.go).
+		os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
+	}
+	testdb.Main(m)
+}
+
+// asMainEnv makes the test binary run as opledger.
+const asMainEnv = "OPLEDGER_TEST_AS_MAIN"
 
 // TestDemo runs the 2:13 a.m. incident as `opledger demo` does: it fails
 // unless the vendors saw exactly one charge and one email.
@@ -41,7 +51,7 @@ func TestDemo(t *testing.T) {
 func TestHelpExitsZero(t *testing.T) {
 	t.Parallel()
 	env := func(string) (string, bool) { return "", false }
-	for _, args := range [][]string{{"-h"}, {"dev", "-h"}, {"demo", "-h"}, {"bench", "-h"}, {"migrate", "-h"}, {"vendors", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"dev", "-h"}, {"demo", "-h"}, {"bench", "-h"}, {"migrate", "-h"}, {"vendors", "-h"}, {"mcp", "-h"}, {"mcp", "serve", "-h"}, {"mcp", "proxy", "-h"}} {
 		var out, errOut strings.Builder
 		require.Equal(t, 0, run(args, env, &out, &errOut), "%v: %s", args, errOut.String())
 		require.Contains(t, strings.ToLower(out.String()+errOut.String()), "usage", "%v", args)

@@ -1,8 +1,9 @@
 // Command opledger runs opledger: the whole system in one process on embedded
 // defaults (dev), the 2:13 a.m. incident (demo), the end-to-end benchmark
 // (bench), the fault-injection evaluation (eval), migrations (migrate), the
-// local stand-in vendors (vendors), and the operators' human loop (ops, a
-// client of the HTTP API, and token, which makes its tokens).
+// local stand-in vendors (vendors), the operators' human loop (ops, a
+// client of the HTTP API, and token, which makes its tokens), and the MCP
+// server and proxy for agents (mcp).
 // The services also run one per process: see services/.
 package main
 
@@ -23,7 +24,9 @@ commands:
   dev       run Postgres (private cluster or DATABASE_URL), NATS JetStream
             (embedded or NATS_URL), the local vendors and all four services
   demo      run the 2:13 a.m. incident on embedded defaults and check the vendors
-  bench     measure intent→completed_success throughput and the latency opledger adds
+  bench     measure throughput (as a ratio to Postgres's commit rate), the latency opledger
+            adds and a duplicate's answer, beside an idempotency-key-table baseline;
+            -preload N builds a big ledger first, -duration D runs steady
   eval      run the fault-injection scenario matrix and print the KPIs (duplicates per
             10k, unknown outcomes, reconciliation time, false dedupes, added latency)
   migrate   apply the schema migrations and the grants (schema/grants.sql) to DATABASE_URL
@@ -34,6 +37,8 @@ commands:
   ops       the human loop over the API: list, show, approve, deny, resolve, cancel,
             compensate operations ("opledger ops -h")
   token     make an API token for an actor and role, and its line for the tokens file
+  mcp       an MCP server (serve) or proxy in front of an MCP server (proxy) whose
+            tools/calls go through the ledger ("opledger mcp -h", docs/mcp.md)
 
 Run "opledger <command> -h" for the flags of a command.
 `
@@ -52,7 +57,7 @@ func run(args []string, env func(string) (string, bool), stdout, stderr io.Write
 		return 2
 	}
 	commands := map[string]command{"dev": runDev, "demo": runDemo, "bench": runBench, "eval": runEval, "migrate": runMigrate,
-		"db-users": runDBUsers, "vendors": runVendors, "probe": runProbe, "ops": runOps, "token": runToken,
+		"db-users": runDBUsers, "vendors": runVendors, "probe": runProbe, "ops": runOps, "token": runToken, "mcp": runMCP,
 		"service": runService} // service is hidden: eval -kill runs one service per process with it
 	switch args[0] {
 	case "-h", "--help", "help":

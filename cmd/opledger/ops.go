@@ -514,6 +514,7 @@ func printDetail(w io.Writer, d *ops.Detail) {
 	row("args_hash", o.ArgsHash)
 	row("proposed by", o.ProposedBy)
 	row("compensates", o.CompensatesID)
+	row("compensation", o.CompensationID)
 	row("attempts", strconv.Itoa(o.AttemptCount))
 	row("vendor ids", strings.Trim(strings.Join([]string{labelled("request", o.ExternalRequestID), labelled("object", o.ExternalObjectID)}, ", "), ", "))
 	if o.LastError != "" {

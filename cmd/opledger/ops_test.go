@@ -184,6 +184,7 @@ func TestOpsCLI(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `^compensation op_\w+ \(refund_payment\) of `+id+`: awaiting_approval\n`, out)
 	require.Contains(t, out, "needs approval by someone other than you")
+	compOut := out
 	code, out, _ = c.run("vera", "ops", "show", id, "-json")
 	require.Equal(t, 0, code)
 	var detail struct {
@@ -194,6 +195,11 @@ func TestOpsCLI(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &detail))
 	require.Equal(t, op.StateCompensating, detail.Operation.State)
+	compID := regexp.MustCompile(`^compensation (op_\w+) `).FindStringSubmatch(compOut)[1]
+	require.Equal(t, compID, detail.Operation.CompensationID, "the original links to its compensation")
+	code, out, _ = c.run("vera", "ops", "show", id)
+	require.Equal(t, 0, code)
+	require.Regexp(t, `compensation\s+`+compID+`\n`, out)
 	require.Len(t, detail.Audit, 6, "agent-7's refusal, alice, bob's wrong hash, bob, bob's replay, root")
 
 	// Who may call at all, and the command line.

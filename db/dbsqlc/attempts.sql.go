@@ -55,7 +55,7 @@ WITH claimed AS (
         state = 'dispatched', version = version + 1, lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1,
         updated_at = coalesce($1::timestamptz, now())
     WHERE operations.id = $2 AND operations.state = 'pending_dispatch' AND operations.lease_epoch = $3
-    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, at)
     SELECT claimed.id,
@@ -68,7 +68,7 @@ WITH claimed AS (
            claimed.updated_at + make_interval(secs => $6::float8)
     FROM claimed
 )
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM claimed
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM claimed
 `
 
 type OperationDispatchParams struct {
@@ -81,37 +81,38 @@ type OperationDispatchParams struct {
 }
 
 type OperationDispatchRow struct {
-	ID                     string
-	WorkflowID             string
-	RunID                  string
-	Tool                   string
-	ToolVersion            int32
-	Intent                 string
-	EntityType             string
-	EntityID               string
-	ArgsCanonical          string
-	ArgsHash               string
-	SideEffectClass        string
-	IdempotencyKey         string
-	State                  string
-	AttemptCount           int32
-	LeaseEpoch             int64
-	ExternalRequestID      string
-	ExternalObjectID       string
-	CompensatesOperationID *string
-	TraceID                string
-	LastErrorCategory      string
-	LastError              string
-	CreatedAt              time.Time
-	UpdatedAt              time.Time
-	Version                int64
-	OriginEventID          string
-	Generation             int32
-	GenerationStartedAt    *time.Time
-	GenerationAttemptBase  int32
-	ProposedBy             string
-	DedupeKey              string
-	Tenant                 string
+	ID                      string
+	WorkflowID              string
+	RunID                   string
+	Tool                    string
+	ToolVersion             int32
+	Intent                  string
+	EntityType              string
+	EntityID                string
+	ArgsCanonical           string
+	ArgsHash                string
+	SideEffectClass         string
+	IdempotencyKey          string
+	State                   string
+	AttemptCount            int32
+	LeaseEpoch              int64
+	ExternalRequestID       string
+	ExternalObjectID        string
+	CompensatesOperationID  *string
+	TraceID                 string
+	LastErrorCategory       string
+	LastError               string
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+	Version                 int64
+	OriginEventID           string
+	Generation              int32
+	GenerationStartedAt     *time.Time
+	GenerationAttemptBase   int32
+	ProposedBy              string
+	DedupeKey               string
+	Tenant                  string
+	CompensationOperationID *string
 }
 
 // Claims a pending operation for one attempt in one statement: the
@@ -160,6 +161,7 @@ func (q *Queries) OperationDispatch(ctx context.Context, arg OperationDispatchPa
 		&i.ProposedBy,
 		&i.DedupeKey,
 		&i.Tenant,
+		&i.CompensationOperationID,
 	)
 	return i, err
 }

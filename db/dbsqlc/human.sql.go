@@ -267,7 +267,7 @@ func (q *Queries) AuditListByOperation(ctx context.Context, operationID string) 
 }
 
 const operationDedupeFind = `-- name: OperationDedupeFind :one
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM operations
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM operations
 WHERE dedupe_key = $1
   AND created_at > coalesce($2::timestamptz, now()) - make_interval(secs => $3::float8)
   AND state NOT IN ('rejected', 'cancelled')
@@ -319,12 +319,13 @@ func (q *Queries) OperationDedupeFind(ctx context.Context, arg OperationDedupeFi
 		&i.ProposedBy,
 		&i.DedupeKey,
 		&i.Tenant,
+		&i.CompensationOperationID,
 	)
 	return i, err
 }
 
 const operationList = `-- name: OperationList :many
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM operations
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM operations
 WHERE ($1::text IS NULL OR state = $1::text)
   AND ($2::text IS NULL OR tool = $2::text)
   AND ($3::text IS NULL OR workflow_id = $3::text)
@@ -392,6 +393,7 @@ func (q *Queries) OperationList(ctx context.Context, arg OperationListParams) ([
 			&i.ProposedBy,
 			&i.DedupeKey,
 			&i.Tenant,
+			&i.CompensationOperationID,
 		); err != nil {
 			return nil, err
 		}
@@ -404,7 +406,7 @@ func (q *Queries) OperationList(ctx context.Context, arg OperationListParams) ([
 }
 
 const operationListByEntity = `-- name: OperationListByEntity :many
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM operations WHERE entity_type = $1 AND entity_id = $2 ORDER BY created_at, id
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM operations WHERE entity_type = $1 AND entity_id = $2 ORDER BY created_at, id
 `
 
 type OperationListByEntityParams struct {
@@ -453,6 +455,7 @@ func (q *Queries) OperationListByEntity(ctx context.Context, arg OperationListBy
 			&i.ProposedBy,
 			&i.DedupeKey,
 			&i.Tenant,
+			&i.CompensationOperationID,
 		); err != nil {
 			return nil, err
 		}
@@ -465,7 +468,7 @@ func (q *Queries) OperationListByEntity(ctx context.Context, arg OperationListBy
 }
 
 const operationListByExternalObject = `-- name: OperationListByExternalObject :many
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM operations WHERE external_object_id = $1 AND tool = $2 ORDER BY created_at, id
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM operations WHERE external_object_id = $1 AND tool = $2 ORDER BY created_at, id
 `
 
 type OperationListByExternalObjectParams struct {
@@ -514,6 +517,7 @@ func (q *Queries) OperationListByExternalObject(ctx context.Context, arg Operati
 			&i.ProposedBy,
 			&i.DedupeKey,
 			&i.Tenant,
+			&i.CompensationOperationID,
 		); err != nil {
 			return nil, err
 		}

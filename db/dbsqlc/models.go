@@ -97,37 +97,38 @@ type MaintenanceLeader struct {
 }
 
 type Operation struct {
-	ID                     string
-	WorkflowID             string
-	RunID                  string
-	Tool                   string
-	ToolVersion            int32
-	Intent                 string
-	EntityType             string
-	EntityID               string
-	ArgsCanonical          string
-	ArgsHash               string
-	SideEffectClass        string
-	IdempotencyKey         string
-	State                  string
-	AttemptCount           int32
-	LeaseEpoch             int64
-	ExternalRequestID      string
-	ExternalObjectID       string
-	CompensatesOperationID *string
-	TraceID                string
-	LastErrorCategory      string
-	LastError              string
-	CreatedAt              time.Time
-	UpdatedAt              time.Time
-	Version                int64
-	OriginEventID          string
-	Generation             int32
-	GenerationStartedAt    *time.Time
-	GenerationAttemptBase  int32
-	ProposedBy             string
-	DedupeKey              string
-	Tenant                 string
+	ID                      string
+	WorkflowID              string
+	RunID                   string
+	Tool                    string
+	ToolVersion             int32
+	Intent                  string
+	EntityType              string
+	EntityID                string
+	ArgsCanonical           string
+	ArgsHash                string
+	SideEffectClass         string
+	IdempotencyKey          string
+	State                   string
+	AttemptCount            int32
+	LeaseEpoch              int64
+	ExternalRequestID       string
+	ExternalObjectID        string
+	CompensatesOperationID  *string
+	TraceID                 string
+	LastErrorCategory       string
+	LastError               string
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+	Version                 int64
+	OriginEventID           string
+	Generation              int32
+	GenerationStartedAt     *time.Time
+	GenerationAttemptBase   int32
+	ProposedBy              string
+	DedupeKey               string
+	Tenant                  string
+	CompensationOperationID *string
 }
 
 type OperationEvent struct {

@@ -23,6 +23,18 @@ func (q *Queries) DBNow(ctx context.Context, now *time.Time) (time.Time, error) 
 	return db_now, err
 }
 
+const operationCompensationCount = `-- name: OperationCompensationCount :one
+SELECT count(*)::bigint AS n FROM operations WHERE compensates_operation_id = $1
+`
+
+// How many compensations an operation has had (operations_compensates_idx).
+func (q *Queries) OperationCompensationCount(ctx context.Context, id *string) (int64, error) {
+	row := q.db.QueryRow(ctx, operationCompensationCount, id)
+	var n int64
+	err := row.Scan(&n)
+	return n, err
+}
+
 const operationCountByState = `-- name: OperationCountByState :many
 SELECT state, count(*)::bigint AS n FROM operations GROUP BY state ORDER BY state
 `
@@ -53,7 +65,7 @@ func (q *Queries) OperationCountByState(ctx context.Context) ([]OperationCountBy
 }
 
 const operationGet = `-- name: OperationGet :one
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM operations WHERE id = $1
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM operations WHERE id = $1
 `
 
 func (q *Queries) OperationGet(ctx context.Context, id string) (Operation, error) {
@@ -91,12 +103,13 @@ func (q *Queries) OperationGet(ctx context.Context, id string) (Operation, error
 		&i.ProposedBy,
 		&i.DedupeKey,
 		&i.Tenant,
+		&i.CompensationOperationID,
 	)
 	return i, err
 }
 
 const operationGetByKey = `-- name: OperationGetByKey :one
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM operations WHERE idempotency_key = $1
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM operations WHERE idempotency_key = $1
 `
 
 func (q *Queries) OperationGetByKey(ctx context.Context, idempotencyKey string) (Operation, error) {
@@ -134,6 +147,7 @@ func (q *Queries) OperationGetByKey(ctx context.Context, idempotencyKey string) 
 		&i.ProposedBy,
 		&i.DedupeKey,
 		&i.Tenant,
+		&i.CompensationOperationID,
 	)
 	return i, err
 }
@@ -150,7 +164,7 @@ INSERT INTO operations (
     coalesce($21::timestamptz, now()), coalesce($21::timestamptz, now())
 )
 ON CONFLICT (idempotency_key) DO UPDATE SET updated_at = operations.updated_at
-RETURNING operations.id, operations.workflow_id, operations.run_id, operations.tool, operations.tool_version, operations.intent, operations.entity_type, operations.entity_id, operations.args_canonical, operations.args_hash, operations.side_effect_class, operations.idempotency_key, operations.state, operations.attempt_count, operations.lease_epoch, operations.external_request_id, operations.external_object_id, operations.compensates_operation_id, operations.trace_id, operations.last_error_category, operations.last_error, operations.created_at, operations.updated_at, operations.version, operations.origin_event_id, operations.generation, operations.generation_started_at, operations.generation_attempt_base, operations.proposed_by, operations.dedupe_key, operations.tenant, (xmax <> 0)::boolean AS duplicate
+RETURNING operations.id, operations.workflow_id, operations.run_id, operations.tool, operations.tool_version, operations.intent, operations.entity_type, operations.entity_id, operations.args_canonical, operations.args_hash, operations.side_effect_class, operations.idempotency_key, operations.state, operations.attempt_count, operations.lease_epoch, operations.external_request_id, operations.external_object_id, operations.compensates_operation_id, operations.trace_id, operations.last_error_category, operations.last_error, operations.created_at, operations.updated_at, operations.version, operations.origin_event_id, operations.generation, operations.generation_started_at, operations.generation_attempt_base, operations.proposed_by, operations.dedupe_key, operations.tenant, operations.compensation_operation_id, (xmax <> 0)::boolean AS duplicate
 `
 
 type OperationInsertOrGetParams struct {
@@ -242,13 +256,14 @@ func (q *Queries) OperationInsertOrGet(ctx context.Context, arg OperationInsertO
 		&i.Operation.ProposedBy,
 		&i.Operation.DedupeKey,
 		&i.Operation.Tenant,
+		&i.Operation.CompensationOperationID,
 		&i.Duplicate,
 	)
 	return i, err
 }
 
 const operationListByWorkflow = `-- name: OperationListByWorkflow :many
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM operations WHERE workflow_id = $1 ORDER BY created_at, id
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM operations WHERE workflow_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string) ([]Operation, error) {
@@ -292,6 +307,7 @@ func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string
 			&i.ProposedBy,
 			&i.DedupeKey,
 			&i.Tenant,
+			&i.CompensationOperationID,
 		); err != nil {
 			return nil, err
 		}
@@ -304,7 +320,7 @@ func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string
 }
 
 const operationListDispatchedUnclaimed = `-- name: OperationListDispatchedUnclaimed :many
-SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant FROM operations o
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant, o.compensation_operation_id FROM operations o
 WHERE o.state = 'dispatched'
   AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch
                   AND a.finished_at IS NULL)
@@ -371,6 +387,7 @@ func (q *Queries) OperationListDispatchedUnclaimed(ctx context.Context, arg Oper
 			&i.ProposedBy,
 			&i.DedupeKey,
 			&i.Tenant,
+			&i.CompensationOperationID,
 		); err != nil {
 			return nil, err
 		}
@@ -383,7 +400,7 @@ func (q *Queries) OperationListDispatchedUnclaimed(ctx context.Context, arg Oper
 }
 
 const operationListStuckDispatched = `-- name: OperationListStuckDispatched :many
-SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant, a.id AS attempt_id, a.deadline_at FROM attempts a JOIN operations o ON o.id = a.operation_id
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant, o.compensation_operation_id, a.id AS attempt_id, a.deadline_at FROM attempts a JOIN operations o ON o.id = a.operation_id
 WHERE a.finished_at IS NULL
   AND a.deadline_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
   AND o.state = 'dispatched' AND o.lease_epoch = a.lease_epoch
@@ -448,6 +465,7 @@ func (q *Queries) OperationListStuckDispatched(ctx context.Context, arg Operatio
 			&i.Operation.ProposedBy,
 			&i.Operation.DedupeKey,
 			&i.Operation.Tenant,
+			&i.Operation.CompensationOperationID,
 			&i.AttemptID,
 			&i.DeadlineAt,
 		); err != nil {
@@ -462,7 +480,7 @@ func (q *Queries) OperationListStuckDispatched(ctx context.Context, arg Operatio
 }
 
 const operationListUnattended = `-- name: OperationListUnattended :many
-SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant FROM operations o
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant, o.compensation_operation_id FROM operations o
 WHERE o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
   AND o.updated_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
   AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL AND b.parked_at IS NULL)
@@ -541,6 +559,7 @@ func (q *Queries) OperationListUnattended(ctx context.Context, arg OperationList
 			&i.ProposedBy,
 			&i.DedupeKey,
 			&i.Tenant,
+			&i.CompensationOperationID,
 		); err != nil {
 			return nil, err
 		}
@@ -565,95 +584,98 @@ WITH changed AS (
                                        ELSE operations.generation_attempt_base END,
         external_request_id = coalesce(nullif($6::text, ''), operations.external_request_id),
         external_object_id  = coalesce(nullif($7::text, ''), operations.external_object_id),
-        last_error_category = CASE WHEN $8::boolean THEN $9::text ELSE operations.last_error_category END,
-        last_error          = CASE WHEN $8::boolean THEN $10::text ELSE operations.last_error END,
+        compensation_operation_id = coalesce($8::text, operations.compensation_operation_id),
+        last_error_category = CASE WHEN $9::boolean THEN $10::text ELSE operations.last_error_category END,
+        last_error          = CASE WHEN $9::boolean THEN $11::text ELSE operations.last_error END,
         updated_at          = coalesce($5::timestamptz, now())
-    WHERE operations.id = $11 AND operations.state = $12 AND operations.lease_epoch = $13
-    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant
+    WHERE operations.id = $12 AND operations.state = $13 AND operations.lease_epoch = $14
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id
 ), released AS (
     -- An operation no longer in flight gives its entity's lease back.
-    DELETE FROM entity_leases WHERE operation_id = $11 AND $14::boolean AND EXISTS (SELECT 1 FROM changed)
+    DELETE FROM entity_leases WHERE operation_id = $12 AND $15::boolean AND EXISTS (SELECT 1 FROM changed)
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
     SELECT changed.id,
            (SELECT coalesce(max(oe.seq), 0) FROM operation_events oe WHERE oe.operation_id = changed.id) + e.ord,
-           e.event, e.from_state, e.to_state, changed.lease_epoch, $15, $16, e.detail, changed.updated_at
+           e.event, e.from_state, e.to_state, changed.lease_epoch, $16, $17, e.detail, changed.updated_at
     FROM changed,
-         (SELECT unnest($2::text[]) AS event, unnest($17::text[]) AS from_state,
-                 unnest($18::text[]) AS to_state, unnest($19::jsonb[]) AS detail,
+         (SELECT unnest($2::text[]) AS event, unnest($18::text[]) AS from_state,
+                 unnest($19::text[]) AS to_state, unnest($20::jsonb[]) AS detail,
                  generate_series(1, cardinality($2::text[])) AS ord) AS e
 ), queued AS (
     INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
     SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
            coalesce($5::timestamptz, now()) + make_interval(secs => m.delay_seconds)
-    FROM (SELECT unnest($20::text[]) AS subject, unnest($21::text[]) AS msg_id,
-                 unnest($22::jsonb[]) AS headers, unnest($23::bytea[]) AS payload,
-                 unnest($24::text[]) AS operation_id, unnest($25::float8[]) AS delay_seconds) AS m
+    FROM (SELECT unnest($21::text[]) AS subject, unnest($22::text[]) AS msg_id,
+                 unnest($23::jsonb[]) AS headers, unnest($24::bytea[]) AS payload,
+                 unnest($25::text[]) AS operation_id, unnest($26::float8[]) AS delay_seconds) AS m
     WHERE EXISTS (SELECT 1 FROM changed)
 )
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM changed
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM changed
 `
 
 type OperationTransitionParams struct {
-	ToState           string
-	Events            []string
-	BumpEpoch         bool
-	Reopen            bool
-	Now               *time.Time
-	ExternalRequestID string
-	ExternalObjectID  string
-	SetError          bool
-	ErrorCategory     string
-	Error             string
-	ID                string
-	FromState         string
-	LeaseEpoch        int64
-	ReleaseLease      bool
-	AttemptID         string
-	Actor             string
-	FromStates        []string
-	ToStates          []string
-	Details           [][]byte
-	Subjects          []string
-	MsgIds            []string
-	Headers           [][]byte
-	Payloads          [][]byte
-	OperationIds      []string
-	Delays            []float64
+	ToState                 string
+	Events                  []string
+	BumpEpoch               bool
+	Reopen                  bool
+	Now                     *time.Time
+	ExternalRequestID       string
+	ExternalObjectID        string
+	CompensationOperationID *string
+	SetError                bool
+	ErrorCategory           string
+	Error                   string
+	ID                      string
+	FromState               string
+	LeaseEpoch              int64
+	ReleaseLease            bool
+	AttemptID               string
+	Actor                   string
+	FromStates              []string
+	ToStates                []string
+	Details                 [][]byte
+	Subjects                []string
+	MsgIds                  []string
+	Headers                 [][]byte
+	Payloads                [][]byte
+	OperationIds            []string
+	Delays                  []float64
 }
 
 type OperationTransitionRow struct {
-	ID                     string
-	WorkflowID             string
-	RunID                  string
-	Tool                   string
-	ToolVersion            int32
-	Intent                 string
-	EntityType             string
-	EntityID               string
-	ArgsCanonical          string
-	ArgsHash               string
-	SideEffectClass        string
-	IdempotencyKey         string
-	State                  string
-	AttemptCount           int32
-	LeaseEpoch             int64
-	ExternalRequestID      string
-	ExternalObjectID       string
-	CompensatesOperationID *string
-	TraceID                string
-	LastErrorCategory      string
-	LastError              string
-	CreatedAt              time.Time
-	UpdatedAt              time.Time
-	Version                int64
-	OriginEventID          string
-	Generation             int32
-	GenerationStartedAt    *time.Time
-	GenerationAttemptBase  int32
-	ProposedBy             string
-	DedupeKey              string
-	Tenant                 string
+	ID                      string
+	WorkflowID              string
+	RunID                   string
+	Tool                    string
+	ToolVersion             int32
+	Intent                  string
+	EntityType              string
+	EntityID                string
+	ArgsCanonical           string
+	ArgsHash                string
+	SideEffectClass         string
+	IdempotencyKey          string
+	State                   string
+	AttemptCount            int32
+	LeaseEpoch              int64
+	ExternalRequestID       string
+	ExternalObjectID        string
+	CompensatesOperationID  *string
+	TraceID                 string
+	LastErrorCategory       string
+	LastError               string
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+	Version                 int64
+	OriginEventID           string
+	Generation              int32
+	GenerationStartedAt     *time.Time
+	GenerationAttemptBase   int32
+	ProposedBy              string
+	DedupeKey               string
+	Tenant                  string
+	CompensationOperationID *string
 }
 
 // OperationTransitionFinishing without the attempt: the same statement for
@@ -669,6 +691,7 @@ func (q *Queries) OperationTransition(ctx context.Context, arg OperationTransiti
 		arg.Now,
 		arg.ExternalRequestID,
 		arg.ExternalObjectID,
+		arg.CompensationOperationID,
 		arg.SetError,
 		arg.ErrorCategory,
 		arg.Error,
@@ -721,6 +744,7 @@ func (q *Queries) OperationTransition(ctx context.Context, arg OperationTransiti
 		&i.ProposedBy,
 		&i.DedupeKey,
 		&i.Tenant,
+		&i.CompensationOperationID,
 	)
 	return i, err
 }
@@ -745,33 +769,40 @@ WITH finished AS (
                                        ELSE operations.generation_attempt_base END,
         external_request_id = coalesce(nullif($13::text, ''), operations.external_request_id),
         external_object_id  = coalesce(nullif($14::text, ''), operations.external_object_id),
-        last_error_category = CASE WHEN $15::boolean THEN $16::text ELSE operations.last_error_category END,
-        last_error          = CASE WHEN $15::boolean THEN $17::text ELSE operations.last_error END,
+        compensation_operation_id = coalesce($15::text, operations.compensation_operation_id),
+        last_error_category = CASE WHEN $16::boolean THEN $17::text ELSE operations.last_error_category END,
+        last_error          = CASE WHEN $16::boolean THEN $18::text ELSE operations.last_error END,
         updated_at          = coalesce($1::timestamptz, now())
-    WHERE operations.id = $18 AND operations.state = $19 AND operations.lease_epoch = $20
-    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant
+    WHERE operations.id = $19 AND operations.state = $20 AND operations.lease_epoch = $21
+      -- A holder of an entity lease writes only while the lease is still
+      -- its own and unexpired on the database's clock.
+      AND (NOT $22::boolean OR EXISTS (
+          SELECT 1 FROM entity_leases l
+          WHERE l.entity_type = operations.entity_type AND l.entity_id = operations.entity_id AND l.operation_id = operations.id
+            AND l.expires_at >= coalesce($1::timestamptz, now())))
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id
 ), released AS (
     -- An operation no longer in flight gives its entity's lease back.
-    DELETE FROM entity_leases WHERE operation_id = $18 AND $21::boolean AND EXISTS (SELECT 1 FROM changed)
+    DELETE FROM entity_leases WHERE operation_id = $19 AND $23::boolean AND EXISTS (SELECT 1 FROM changed)
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
     SELECT changed.id,
            (SELECT coalesce(max(oe.seq), 0) FROM operation_events oe WHERE oe.operation_id = changed.id) + e.ord,
-           e.event, e.from_state, e.to_state, changed.lease_epoch, $22, $23, e.detail, changed.updated_at
+           e.event, e.from_state, e.to_state, changed.lease_epoch, $24, $25, e.detail, changed.updated_at
     FROM changed,
-         (SELECT unnest($10::text[]) AS event, unnest($24::text[]) AS from_state,
-                 unnest($25::text[]) AS to_state, unnest($26::jsonb[]) AS detail,
+         (SELECT unnest($10::text[]) AS event, unnest($26::text[]) AS from_state,
+                 unnest($27::text[]) AS to_state, unnest($28::jsonb[]) AS detail,
                  generate_series(1, cardinality($10::text[])) AS ord) AS e
 ), queued AS (
     INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
     SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
            coalesce($1::timestamptz, now()) + make_interval(secs => m.delay_seconds)
-    FROM (SELECT unnest($27::text[]) AS subject, unnest($28::text[]) AS msg_id,
-                 unnest($29::jsonb[]) AS headers, unnest($30::bytea[]) AS payload,
-                 unnest($31::text[]) AS operation_id, unnest($32::float8[]) AS delay_seconds) AS m
+    FROM (SELECT unnest($29::text[]) AS subject, unnest($30::text[]) AS msg_id,
+                 unnest($31::jsonb[]) AS headers, unnest($32::bytea[]) AS payload,
+                 unnest($33::text[]) AS operation_id, unnest($34::float8[]) AS delay_seconds) AS m
     WHERE EXISTS (SELECT 1 FROM changed)
 )
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant FROM changed
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM changed
 `
 
 type OperationTransitionFinishingParams struct {
@@ -789,12 +820,14 @@ type OperationTransitionFinishingParams struct {
 	Reopen                   bool
 	ExternalRequestID        string
 	ExternalObjectID         string
+	CompensationOperationID  *string
 	SetError                 bool
 	ErrorCategory            string
 	Error                    string
 	ID                       string
 	FromState                string
 	LeaseEpoch               int64
+	RequireLease             bool
 	ReleaseLease             bool
 	AttemptID                string
 	Actor                    string
@@ -810,37 +843,38 @@ type OperationTransitionFinishingParams struct {
 }
 
 type OperationTransitionFinishingRow struct {
-	ID                     string
-	WorkflowID             string
-	RunID                  string
-	Tool                   string
-	ToolVersion            int32
-	Intent                 string
-	EntityType             string
-	EntityID               string
-	ArgsCanonical          string
-	ArgsHash               string
-	SideEffectClass        string
-	IdempotencyKey         string
-	State                  string
-	AttemptCount           int32
-	LeaseEpoch             int64
-	ExternalRequestID      string
-	ExternalObjectID       string
-	CompensatesOperationID *string
-	TraceID                string
-	LastErrorCategory      string
-	LastError              string
-	CreatedAt              time.Time
-	UpdatedAt              time.Time
-	Version                int64
-	OriginEventID          string
-	Generation             int32
-	GenerationStartedAt    *time.Time
-	GenerationAttemptBase  int32
-	ProposedBy             string
-	DedupeKey              string
-	Tenant                 string
+	ID                      string
+	WorkflowID              string
+	RunID                   string
+	Tool                    string
+	ToolVersion             int32
+	Intent                  string
+	EntityType              string
+	EntityID                string
+	ArgsCanonical           string
+	ArgsHash                string
+	SideEffectClass         string
+	IdempotencyKey          string
+	State                   string
+	AttemptCount            int32
+	LeaseEpoch              int64
+	ExternalRequestID       string
+	ExternalObjectID        string
+	CompensatesOperationID  *string
+	TraceID                 string
+	LastErrorCategory       string
+	LastError               string
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+	Version                 int64
+	OriginEventID           string
+	Generation              int32
+	GenerationStartedAt     *time.Time
+	GenerationAttemptBase   int32
+	ProposedBy              string
+	DedupeKey               string
+	Tenant                  string
+	CompensationOperationID *string
 }
 
 // One decision, one statement: a chain of events (usually one) moves the
@@ -853,6 +887,9 @@ type OperationTransitionFinishingRow struct {
 // and the outbox rows (the agent's result, the follow-up command) are
 // written only if the operation changed. A late or duplicate writer updates
 // no operation and learns why from OperationGet.
+// A dispatcher recording an attempt of a leased tool asks for require_lease:
+// the operation changes only if its entity's lease is still its own and
+// unexpired (the attempt row takes the answer all the same, as evidence).
 // OperationTransitionFinishing also finishes the writer's attempt: only the
 // roles that finish attempts (dispatcher, maintainer) may run it, so the
 // roles that never touch attempts run OperationTransition, which does not
@@ -873,12 +910,14 @@ func (q *Queries) OperationTransitionFinishing(ctx context.Context, arg Operatio
 		arg.Reopen,
 		arg.ExternalRequestID,
 		arg.ExternalObjectID,
+		arg.CompensationOperationID,
 		arg.SetError,
 		arg.ErrorCategory,
 		arg.Error,
 		arg.ID,
 		arg.FromState,
 		arg.LeaseEpoch,
+		arg.RequireLease,
 		arg.ReleaseLease,
 		arg.AttemptID,
 		arg.Actor,
@@ -925,6 +964,7 @@ func (q *Queries) OperationTransitionFinishing(ctx context.Context, arg Operatio
 		&i.ProposedBy,
 		&i.DedupeKey,
 		&i.Tenant,
+		&i.CompensationOperationID,
 	)
 	return i, err
 }

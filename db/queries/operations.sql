@@ -47,6 +47,9 @@ LIMIT @max_rows;
 -- and the outbox rows (the agent's result, the follow-up command) are
 -- written only if the operation changed. A late or duplicate writer updates
 -- no operation and learns why from OperationGet.
+-- A dispatcher recording an attempt of a leased tool asks for require_lease:
+-- the operation changes only if its entity's lease is still its own and
+-- unexpired (the attempt row takes the answer all the same, as evidence).
 -- OperationTransitionFinishing also finishes the writer's attempt: only the
 -- roles that finish attempts (dispatcher, maintainer) may run it, so the
 -- roles that never touch attempts run OperationTransition, which does not
@@ -70,10 +73,17 @@ WITH finished AS (
                                        ELSE operations.generation_attempt_base END,
         external_request_id = coalesce(nullif(@external_request_id::text, ''), operations.external_request_id),
         external_object_id  = coalesce(nullif(@external_object_id::text, ''), operations.external_object_id),
+        compensation_operation_id = coalesce(sqlc.narg('compensation_operation_id')::text, operations.compensation_operation_id),
         last_error_category = CASE WHEN @set_error::boolean THEN @error_category::text ELSE operations.last_error_category END,
         last_error          = CASE WHEN @set_error::boolean THEN @error::text ELSE operations.last_error END,
         updated_at          = coalesce(sqlc.narg('now')::timestamptz, now())
     WHERE operations.id = @id AND operations.state = @from_state AND operations.lease_epoch = @lease_epoch
+      -- A holder of an entity lease writes only while the lease is still
+      -- its own and unexpired on the database's clock.
+      AND (NOT @require_lease::boolean OR EXISTS (
+          SELECT 1 FROM entity_leases l
+          WHERE l.entity_type = operations.entity_type AND l.entity_id = operations.entity_id AND l.operation_id = operations.id
+            AND l.expires_at >= coalesce(sqlc.narg('now')::timestamptz, now())))
     RETURNING *
 ), released AS (
     -- An operation no longer in flight gives its entity's lease back.
@@ -115,6 +125,7 @@ WITH changed AS (
                                        ELSE operations.generation_attempt_base END,
         external_request_id = coalesce(nullif(@external_request_id::text, ''), operations.external_request_id),
         external_object_id  = coalesce(nullif(@external_object_id::text, ''), operations.external_object_id),
+        compensation_operation_id = coalesce(sqlc.narg('compensation_operation_id')::text, operations.compensation_operation_id),
         last_error_category = CASE WHEN @set_error::boolean THEN @error_category::text ELSE operations.last_error_category END,
         last_error          = CASE WHEN @set_error::boolean THEN @error::text ELSE operations.last_error END,
         updated_at          = coalesce(sqlc.narg('now')::timestamptz, now())
@@ -194,3 +205,7 @@ LIMIT @max_rows;
 -- The database's clock (or the injected one): deadlines are compared on it,
 -- never on a host's clock.
 SELECT coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now;
+
+-- name: OperationCompensationCount :one
+-- How many compensations an operation has had (operations_compensates_idx).
+SELECT count(*)::bigint AS n FROM operations WHERE compensates_operation_id = @id;

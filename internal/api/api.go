@@ -6,8 +6,11 @@
 // GET /v1/openapi.yaml.
 //
 // Every /v1/ route but the document needs "Authorization: Bearer <token>":
-// a token unknown to the tokens file is a 401 (counted, never logged); a
-// role that may not act is a 403 from ops, audited like every write.
+// a token unknown to the tokens file is a 401 (counted, never logged, not
+// audited: it names no actor); a role that may not act is a 403 from ops,
+// audited like every write. A write refused before it reaches ops (a body
+// that cannot be read, a malformed args hash, an impossible id) is audited
+// here.
 // Bodies are read strictly and bounded; errors are {"error": {"code",
 // "message"}}, their status decided by one table (errors.go).
 package api
@@ -31,6 +34,7 @@ import (
 	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/pkg/op"
+	"github.com/opledger/opledger/pkg/wire"
 )
 
 // Config configures the API.
@@ -147,6 +151,14 @@ func (a *API) Authenticated(route string, h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	}))
+}
+
+// MountDocument registers only the API's OpenAPI document, GET
+// /v1/openapi.yaml, for a process that serves no API itself (dispatcher,
+// reconciler, compensator): every deployment hands out the document, and
+// it says which process serves the routes.
+func MountDocument(mux *http.ServeMux) {
+	mux.Handle("GET /v1/openapi.yaml", http.HandlerFunc(serveOpenAPI))
 }
 
 func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
@@ -349,9 +361,6 @@ var argsHashRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 func (a *API) approve(r *http.Request, actor ops.Actor) (any, error) {
 	return a.write(r, actor, "approve", []string{"args_hash", "reason"}, func(ctx context.Context, id string, b map[string]string) (any, error) {
-		if !argsHashRE.MatchString(b["args_hash"]) {
-			return nil, fmt.Errorf("args_hash is required: the 64 lowercase hex digits of the arguments you approve, as GET /v1/operations/%s shows them: %w", id, op.ErrInvalid)
-		}
 		o, err := a.cfg.Ops.Approve(ctx, actor, id, b["args_hash"], b["reason"])
 		if err != nil {
 			return nil, err
@@ -417,22 +426,25 @@ func (a *API) compensate(r *http.Request, actor ops.Actor) (any, error) {
 // are the human loop's.
 func (a *API) write(r *http.Request, actor ops.Actor, action string, fields []string,
 	do func(ctx context.Context, id string, body map[string]string) (any, error)) (any, error) {
-	id, err := operationID(r)
-	if err != nil {
-		return nil, err
-	}
-	data, err := readBody(r)
-	if err != nil {
-		return nil, err
-	}
-	body, err := decodeFields(data, fields...)
-	if err != nil {
-		return nil, err
-	}
 	// The write commits or is refused as a whole, even if the client goes
 	// away meanwhile: the answer may be lost, the audit row is not.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
 	defer cancel()
+	id, body, err := readWrite(r, action, fields)
+	if err != nil {
+		// Refused before the human loop saw it: audited here, so that every
+		// write an authenticated actor sends is on the trail.
+		var detail map[string]string
+		if id == "" {
+			detail = map[string]string{"path_id": wire.Clip(r.PathValue("id"))}
+		}
+		if aerr := a.cfg.Ops.AuditRefused(ctx, actor, action, id, detail, err); aerr != nil {
+			err = errors.Join(err, aerr)
+		}
+		a.cfg.Log.Warn().Str("error", err.Error()).Str("actor", actor.ID).Str("role", string(actor.Role)).Str("action", action).
+			Str("operation_id", id).Msg("api: operator write refused")
+		return nil, err
+	}
 	res, err := do(ctx, id, body)
 	status, _, _ := classify(err)
 	if err == nil {
@@ -445,6 +457,27 @@ func (a *API) write(r *http.Request, actor ops.Actor, action string, fields []st
 	ev.Str("actor", actor.ID).Str("role", string(actor.Role)).Str("action", action).Str("operation_id", id).
 		Int("status", status).Msg("api: operator write")
 	return res, err
+}
+
+// readWrite reads a write's operation id and body; the id is "" when the
+// path names no operation an id can have.
+func readWrite(r *http.Request, action string, fields []string) (string, map[string]string, error) {
+	id, err := operationID(r)
+	if err != nil {
+		return "", nil, err
+	}
+	data, err := readBody(r)
+	if err != nil {
+		return id, nil, err
+	}
+	body, err := decodeFields(data, fields...)
+	if err != nil {
+		return id, nil, err
+	}
+	if action == "approve" && !argsHashRE.MatchString(body["args_hash"]) {
+		return id, nil, fmt.Errorf("args_hash is required: the 64 lowercase hex digits of the arguments you approve, as GET /v1/operations/%s shows them: %w", id, op.ErrInvalid)
+	}
+	return id, body, nil
 }
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

@@ -376,6 +376,8 @@ func TestAuthenticationRolesAndStrictBodies(t *testing.T) {
 	}
 	b.refused(t, 413, api.CodeTooLarge, "oscar", "POST", cancel, id, `{"reason":"`+strings.Repeat("a", 20<<10)+`"}`)
 	b.refused(t, 400, api.CodeInvalid, "oscar", "POST", cancel, id, reasonBody{strings.Repeat("a", 501)})
+	b.refused(t, 400, api.CodeInvalid, "alice", "POST", "/v1/operations/{id}/approve", id, approveBody{"not-a-hash", "looks fine"})
+	b.refused(t, 404, api.CodeNotFound, "oscar", "POST", cancel, "op_%2e%2e", reasonBody{"no such id"})
 
 	d := b.show(t, "vera", id)
 	require.Equal(t, op.StateAwaitingApproval, d.Operation.State, "nothing moved it")
@@ -384,7 +386,22 @@ func TestAuthenticationRolesAndStrictBodies(t *testing.T) {
 		require.Len(t, audit["vera "+action], 1, action)
 		require.Contains(t, audit["vera "+action][0], "forbidden", action)
 	}
-	require.Len(t, audit["oscar cancel"], 1, "the over-long reason reached the human loop and was audited; malformed bodies did not")
+	// Writes refused before the human loop saw them (malformed bodies, a
+	// malformed args hash) are audited too, with who sent them and why.
+	require.Len(t, audit["oscar cancel"], 9, "seven malformed bodies, one too large, one over-long reason")
+	for _, outcome := range audit["oscar cancel"] {
+		require.NotEqual(t, "ok", outcome)
+	}
+	require.Len(t, audit["alice approve"], 1)
+	require.Contains(t, audit["alice approve"][0], "args_hash is required")
+	// A write naming no operation an id can have is audited under none.
+	unnamed, err := b.d.Services.Store.AuditTrail(b.ctx, "")
+	require.NoError(t, err)
+	require.Len(t, unnamed, 1)
+	require.Equal(t, "oscar", unnamed[0].Actor)
+	require.Equal(t, "cancel", unnamed[0].Action)
+	require.Contains(t, unnamed[0].Outcome, "not found")
+	require.JSONEq(t, `{"path_id":"op_.."}`, string(unnamed[0].Detail.(json.RawMessage)))
 
 	// 401s are counted by reason; no token reaches the metrics.
 	resp, err = http.Get(b.url + "/metrics")

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -41,7 +42,11 @@ type InfraConfig struct {
 	// dev mode runs every part with only its grants. Ignored with a
 	// DatabaseURL: the services then log in as its user.
 	RoleUsers bool
-	Log       zerolog.Logger
+	// PGSettings are extra server settings for a private cluster (-c
+	// name=value, e.g. shared_preload_libraries for the bench's
+	// pg_stat_statements); ignored with a DatabaseURL.
+	PGSettings map[string]string
+	Log        zerolog.Logger
 }
 
 // Infra is running infrastructure.
@@ -71,8 +76,10 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (_ *Infra, err error) {
 		if cfg.DataDir != "" {
 			dir = filepath.Join(cfg.DataDir, "postgres")
 		}
+		settings := map[string]string{"max_connections": "300"}
+		maps.Copy(settings, cfg.PGSettings)
 		in.pg, err = pglocal.Start(ctx, pglocal.Options{Dir: dir, Durable: cfg.Durable,
-			ExtraSettings: map[string]string{"max_connections": "300"},
+			ExtraSettings: settings,
 			Logf:          func(f string, a ...any) { cfg.Log.Debug().Msgf(f, a...) }})
 		if err != nil {
 			return nil, fmt.Errorf("start private postgres (set DATABASE_URL to use a running server): %w", err)

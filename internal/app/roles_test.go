@@ -55,7 +55,8 @@ func TestRolesCanDoTheirJobs(t *testing.T) {
 	require.NoError(t, err)
 	defer cl.Close()
 	publish := func(wf, eventID, tool, args string) {
-		require.NoError(t, cl.Publish(ctx, wire.Intent{EventID: eventID, WorkflowID: wf, Tool: tool, Args: json.RawMessage(args)}, ""))
+		require.NoError(t, cl.Publish(ctx, wire.Intent{EventID: eventID, WorkflowID: wf, Tool: tool, Args: json.RawMessage(args),
+			Actor: &wire.Actor{Type: "agent", ID: "roles-agent"}}, ""))
 	}
 	waitFor := func(wf string, want op.State) *op.Operation {
 		t.Helper()
@@ -92,10 +93,19 @@ func TestRolesCanDoTheirJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, fmt.Sprint(evs), string(op.StateUnknownOutcome), "the outcome was lost and reconciled")
 
-	// An operator compensates the big capture: a refund, approved by
-	// someone else, dispatched; the capture ends compensated.
+	// An operator compensates the big capture; the refund is denied, which
+	// hands the capture back, and it is compensated again: a refund,
+	// approved by someone else, dispatched; the capture ends compensated.
+	denied, err := operator.Compensate(ctx, ops.Actor{ID: "carol", Role: ops.RoleOperator}, big.ID, "customer says the goods are back")
+	require.NoError(t, err)
+	_, err = operator.Deny(ctx, ops.Actor{ID: "bob", Role: ops.RoleApprover}, denied.ID, "they are not back yet")
+	require.NoError(t, err)
+	back, err := st.Operation(ctx, big.ID)
+	require.NoError(t, err)
+	require.Equal(t, op.StateCompletedSuccess, back.State)
 	refund, err := operator.Compensate(ctx, ops.Actor{ID: "carol", Role: ops.RoleOperator}, big.ID, "customer returned the goods")
 	require.NoError(t, err)
+	require.NotEqual(t, denied.ID, refund.ID)
 	require.Equal(t, op.StateAwaitingApproval, refund.State)
 	_, err = operator.Approve(ctx, ops.Actor{ID: "bob", Role: ops.RoleApprover}, refund.ID, refund.ArgsHash, "refund approved")
 	require.NoError(t, err)

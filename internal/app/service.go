@@ -179,9 +179,10 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 // RunService runs one service until ctx ends: it waits for Postgres and NATS
 // (retrying with backoff up to ConnectTimeout, each try logged), refuses a
 // database whose schema is not up to date unless Migrate is set, starts the
-// service and its outbox relays, and serves /metrics, /healthz and /readyz
-// (planner-ingest also the operators' API, behind cfg.APITokens, and the
-// vendors' webhooks, POST /webhooks/{provider}).
+// service and its outbox relays, and serves /metrics, /healthz, /readyz and
+// the API's document /v1/openapi.yaml (planner-ingest also the operators'
+// API, behind cfg.APITokens, and the vendors' webhooks, POST
+// /webhooks/{provider}).
 func RunService(ctx context.Context, cfg ServiceConfig) error {
 	if !slices.Contains(AllServices, cfg.Name) {
 		return fmt.Errorf("unknown service %q (have %v)", cfg.Name, AllServices)
@@ -196,6 +197,10 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	}
 	log := base.With().Str("service", cfg.Name).Str("instance", cfg.Instance).Logger()
 	reg, err := LoadRegistry(cfg.Registry)
+	if err != nil {
+		return err
+	}
+	upstreams, err := MCPUpstreamsFromEnv(reg, cfg.Registry.LookupEnv)
 	if err != nil {
 		return err
 	}
@@ -228,7 +233,7 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	s, err := StartServices(ctx, ServicesConfig{
 		DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
 		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays, SetRoles: cfg.SetRoles,
-		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout, WebhookSecrets: webhookSecrets,
+		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout, MCPUpstreams: upstreams, WebhookSecrets: webhookSecrets,
 		Maintain: maintain.Config{OutboxRetention: cfg.OutboxRetention, RejectedRetention: cfg.RejectedRetention},
 		Metrics:  telemetry.NewMetrics(promReg), Log: base,
 	})
@@ -236,7 +241,9 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 		return err
 	}
 	defer s.Stop()
-	hc := HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: s.Ready}
+	// Every service hands out the API's document; planner-ingest serves
+	// the API itself.
+	hc := HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: s.Ready, Routes: api.MountDocument}
 	if cfg.Name == PlannerIngest {
 		a, err := api.New(api.Config{Ops: ops.New(s.StoreFor(PartAPI), reg), Tokens: tokens, Registerer: promReg, Log: log})
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/opledger/opledger/docs"
 	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/natsembed"
 	"github.com/opledger/opledger/internal/testdb"
@@ -122,6 +123,14 @@ func TestServiceReadiness(t *testing.T) {
 	code, body := get("/metrics")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "go_goroutines")
+	// Every service hands out the operators' API document, which says that
+	// planner-ingest serves the routes; a dispatcher serves none of them.
+	code, body = get("/v1/openapi.yaml")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, string(docs.OpenAPI), body)
+	require.Contains(t, body, "planner-ingest")
+	code, _ = get("/v1/operations")
+	require.Equal(t, http.StatusNotFound, code)
 
 	ns.Shutdown()
 	require.Eventually(t, func() bool { _, code := ready(); return code == http.StatusServiceUnavailable }, 10*time.Second, 50*time.Millisecond)

@@ -22,6 +22,8 @@ import (
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/webhook"
+	"github.com/opledger/opledger/pkg/adapter"
+	"github.com/opledger/opledger/pkg/adapter/mcpadapter"
 	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/registry"
 	"github.com/opledger/opledger/pkg/wire"
@@ -122,8 +124,12 @@ type ServicesConfig struct {
 	// campaigns for (sweeper, re-drive, retention).
 	Maintain   maintain.Config
 	HTTPClient *http.Client
-	Metrics    *telemetry.Metrics
-	Log        zerolog.Logger
+	// MCPUpstreams reach the upstream MCP servers the registry's mcp tools
+	// name (see MCPUpstreamsFromEnv); the dispatcher and reconciler need
+	// one for each.
+	MCPUpstreams map[string]mcpadapter.Upstream
+	Metrics      *telemetry.Metrics
+	Log          zerolog.Logger
 
 	// NATSAuth is how every NATS connection of the process authenticates.
 	// An empty InboxPrefix becomes ServiceInboxPrefix of the service when
@@ -149,6 +155,7 @@ type Services struct {
 	own    []*store.Store
 	buses  []*bus.Bus
 	stops  []func()
+	pool   *mcpadapter.Pool
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -202,9 +209,18 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
 	}
-	adapters, err := cfg.Registry.Adapters(cfg.HTTPClient)
-	if err != nil {
-		return nil, err
+	// Only the dispatcher and the reconciler call vendors: the others do not
+	// need the upstreams of the registry's mcp tools configured.
+	var adapters map[string]adapter.Adapter
+	var pool *mcpadapter.Pool
+	if slices.Contains(run, Dispatcher) || slices.Contains(run, Reconciler) {
+		if pool, err = mcpadapter.NewPool(cfg.MCPUpstreams); err != nil {
+			return nil, err
+		}
+		if adapters, err = cfg.Registry.AdaptersWith(registry.Dependencies{HTTP: cfg.HTTPClient, MCP: pool}); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	for part := range cfg.DatabaseURLs {
 		if _, ok := DBRoles[part]; !ok {
@@ -219,7 +235,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 	}
 	waker = outbox.NewWaker(st, 0)
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Services{Store: st, cancel: cancel, parts: map[string]*store.Store{}}
+	s := &Services{Store: st, cancel: cancel, parts: map[string]*store.Store{}, pool: pool}
 	// storeFor opens the store of a service or part once, when it has its
 	// own login or role.
 	storeFor := func(part string) (*store.Store, error) {
@@ -416,6 +432,9 @@ func (s *Services) Stop() {
 		s.stops[i]()
 	}
 	s.wg.Wait()
+	if s.pool != nil {
+		s.pool.Close()
+	}
 	for _, b := range s.buses {
 		b.Close()
 	}

@@ -109,6 +109,11 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 			}
 		}
 	}
+	if sc.MCPUpstreams == nil {
+		if sc.MCPUpstreams, err = MCPUpstreamsFromEnv(d.Registry, rc.LookupEnv); err != nil {
+			return nil, err
+		}
+	}
 	if d.Services, err = StartServices(ctx, sc); err != nil {
 		return nil, err
 	}

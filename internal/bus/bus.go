@@ -367,6 +367,16 @@ func RetryIn(err error, delay time.Duration) error {
 	return laterError{err: err, delay: min(max(delay, 0), 5*time.Minute)}
 }
 
+// RetryDelay reports the delay a handler's error asked for with RetryIn,
+// and whether it asked for one.
+func RetryDelay(err error) (time.Duration, bool) {
+	var later laterError
+	if errors.As(err, &later) {
+		return later.delay, true
+	}
+	return 0, false
+}
+
 // ConsumerConfig configures a durable pull consumer shared by every process
 // that uses the same Durable name: each message goes to one of them.
 type ConsumerConfig struct {

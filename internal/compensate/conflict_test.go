@@ -22,7 +22,8 @@ func TestRequestRefusesAnotherOperationsKey(t *testing.T) {
 	capture := b.completedCapture(t, "order_c1")
 	args, err := json.Marshal(map[string]any{"charge_id": capture.ExternalObjectID, "customer_id": "cust_1", "amount_cents": 4900, "reason": "customer asked"})
 	require.NoError(t, err)
-	b.Submit(t, wire.Intent{EventID: "evt_agent_refund", WorkflowID: "wf_1", Tool: "refund_payment", Args: args})
+	b.Submit(t, wire.Intent{EventID: "evt_agent_refund", WorkflowID: "wf_1", Tool: "refund_payment", Args: args,
+		Actor: &wire.Actor{Type: "agent", ID: "support-bot"}})
 
 	_, err = compensate.Request(b.Ctx, b.Store, b.Registry, capture.ID, "operator:test", "duplicate charge")
 	require.ErrorIs(t, err, op.ErrConflict)

@@ -238,16 +238,34 @@ func (s *Service) record(ctx context.Context, tool *registry.Tool, o *op.Operati
 // again as unknown without the vendor's values, so that the operation never
 // stays in dispatched for want of a writable answer.
 //
+// For a tool with lease.required, the outcome is written only while the
+// operation still holds its entity's lease, unexpired on the database's
+// clock; a worker whose lease expired (another operation may hold it now)
+// records the outcome as unknown instead (category lease_expired), for the
+// reconciler to confirm, the vendor's answer kept on the attempt row.
+//
 // It returns the operation after the change. Errors: *op.StaleError when
 // the attempt was fenced off (its answer is kept on the attempt row).
 func Record(ctx context.Context, st *store.Store, tool *registry.Tool, o *op.Operation, att *op.Attempt,
 	res adapter.Result, eventID string, tp telemetry.Traceparent) (*op.Operation, error) {
 	res = adapter.Sanitize(res)
-	cur, err := record(ctx, st, tool, o, att, res, eventID, tp)
+	leased := tool.Lease.Required && o.EntityID != ""
+	cur, err := record(ctx, st, tool, o, att, res, eventID, tp, leased)
 	if errors.Is(err, op.ErrInvalid) {
 		res = adapter.Result{Outcome: op.OutcomeUnknown, HTTPStatus: res.HTTPStatus, ErrorCategory: CategoryUnrecordable,
 			Error: "the ledger refused a value from the vendor's answer; the outcome is unknown", Latency: res.Latency}
-		cur, err = record(ctx, st, tool, o, att, res, eventID, tp)
+		cur, err = record(ctx, st, tool, o, att, res, eventID, tp, leased)
+	}
+	if errors.Is(err, store.ErrLeaseLost) {
+		// The entity's lease expired while the call ran, and another
+		// operation may have taken it: this worker no longer decides. The
+		// attempt row keeps what the vendor said; the operation goes to the
+		// reconciler, which confirms it with the vendor before anything
+		// else is done.
+		res = adapter.Result{Outcome: op.OutcomeUnknown, HTTPStatus: res.HTTPStatus, ErrorCategory: CategoryLeaseExpired,
+			Error: wire.Clip200(fmt.Sprintf("the entity's lease expired before the outcome (%s) was recorded; the vendor is asked before anything else is done",
+				res.Outcome)), Latency: res.Latency}
+		cur, err = record(ctx, st, tool, o, att, res, eventID, tp, false)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("record attempt %s of operation %s: %w", att.ID, o.ID, err)
@@ -256,7 +274,7 @@ func Record(ctx context.Context, st *store.Store, tool *registry.Tool, o *op.Ope
 }
 
 func record(ctx context.Context, st *store.Store, tool *registry.Tool, o *op.Operation, att *op.Attempt,
-	res adapter.Result, eventID string, tp telemetry.Traceparent) (*op.Operation, error) {
+	res adapter.Result, eventID string, tp telemetry.Traceparent, leased bool) (*op.Operation, error) {
 	a := *att
 	a.Outcome, a.ErrorCategory, a.Error, a.HTTPStatus = res.Outcome, res.ErrorCategory, res.Error, res.HTTPStatus
 	a.ExternalRequestID, a.ExternalObjectID = res.ExternalRequestID, res.ExternalObjectID
@@ -265,11 +283,17 @@ func record(ctx context.Context, st *store.Store, tool *registry.Tool, o *op.Ope
 	if err != nil {
 		return nil, err
 	}
-	c := plan.Change(o, att.Worker)
-	c.AttemptID, c.Finish, c.Detail = att.ID, &a, attemptDetail(res)
+	c := plan.Change(o, att.Worker, attemptDetail(res))
+	c.AttemptID, c.Finish = att.ID, &a
+	c.RequireLease = leased
 	c.ExternalRequestID, c.ExternalObjectID = res.ExternalRequestID, res.ExternalObjectID
 	return plan.Write(ctx, st, c)
 }
+
+// CategoryLeaseExpired: the entity's lease of a leased tool's operation
+// expired (on the database's clock) before its attempt's outcome was
+// recorded; the outcome is recorded as unknown and reconciled.
+const CategoryLeaseExpired = "lease_expired"
 
 // CategoryUnrecordable: the vendor's answer could not be written to the
 // ledger even after it was bounded; the outcome is recorded as unknown.

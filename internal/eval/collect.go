@@ -232,8 +232,8 @@ func observe(lanes [][]*phase, ledger map[string]*ledgerOp, inbox map[string]*st
 	return obs
 }
 
-// detailReason is the reason an event's detail states: a reconciler's
-// verdict or a sweeper's reason.
+// detailReason is the reason an event's detail states: why it escalated
+// or was swept, else a reconciler's verdict.
 func detailReason(detail json.RawMessage) string {
 	var d struct {
 		Verdict string `json:"verdict"`
@@ -242,10 +242,10 @@ func detailReason(detail json.RawMessage) string {
 	if len(detail) == 0 || json.Unmarshal(detail, &d) != nil {
 		return ""
 	}
-	if d.Verdict != "" {
-		return d.Verdict
+	if d.Reason != "" {
+		return d.Reason
 	}
-	return d.Reason
+	return d.Verdict
 }
 
 // unsettledCount counts operations of the run's workflows that are neither

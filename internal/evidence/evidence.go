@@ -224,9 +224,8 @@ func (s *Settler) apply(ctx context.Context, tx *store.Tx, e *store.Evidence, o 
 	if err != nil {
 		return Decision{}, err
 	}
-	c := plan.Change(o, Actor(e.Provider))
+	c := plan.Change(o, Actor(e.Provider), map[string]any{"webhook": e.Provider, "delivery_id": e.DeliveryID, "event_type": e.EventType, "verdict": why})
 	c.ExternalObjectID = e.ExternalObjectID
-	c.Detail = map[string]string{"webhook": e.Provider, "delivery_id": e.DeliveryID, "event_type": e.EventType, "verdict": why}
 	cur, err := plan.WriteIn(ctx, tx, c)
 	if err != nil {
 		return Decision{}, err

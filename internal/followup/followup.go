@@ -62,6 +62,10 @@ type Plan struct {
 	Messages func(after *op.Operation) []store.Message
 	// To is the state the operation ends in.
 	To op.State
+	// Detail goes with the last event's row: for an escalation, the
+	// reason a person must act (the same as the agent's result says).
+	// Writers add their own keys to it.
+	Detail map[string]any
 }
 
 // Decide plans what follows oc for o (in o.State, at o.LeaseEpoch): for a
@@ -124,6 +128,10 @@ func Decide(tool *registry.Tool, o *op.Operation, oc Outcome, eventID string, tp
 		}
 	}
 	p.To = to
+	if to == op.StateEscalated {
+		// Whichever worker escalates, the event says why, not only a log line.
+		p.Detail = map[string]any{"reason": wire.Clip200(cmp.Or(oc.Reason, p.Error, o.LastError))}
+	}
 	p.Messages = func(after *op.Operation) []store.Message {
 		var msgs []store.Message
 		if command != nil {
@@ -137,10 +145,22 @@ func Decide(tool *registry.Tool, o *op.Operation, oc Outcome, eventID string, tp
 }
 
 // Change turns the plan into the store change that writes it, from o at its
-// lease epoch.
-func (p Plan) Change(o *op.Operation, actor string) store.Change {
-	return store.Change{OperationID: o.ID, From: o.State, LeaseEpoch: o.LeaseEpoch, Events: p.Events,
+// lease epoch, with extra (the writer's own detail: the attempt, the
+// verdict) added to the plan's detail for the last event's row.
+func (p Plan) Change(o *op.Operation, actor string, extra map[string]any) store.Change {
+	c := store.Change{OperationID: o.ID, From: o.State, LeaseEpoch: o.LeaseEpoch, Events: p.Events,
 		ErrorCategory: p.ErrorCategory, Error: p.Error, Actor: actor, Outbox: p.Messages, Operation: o}
+	if len(p.Detail)+len(extra) > 0 {
+		d := make(map[string]any, len(p.Detail)+len(extra))
+		for k, v := range extra {
+			d[k] = v
+		}
+		for k, v := range p.Detail {
+			d[k] = v
+		}
+		c.Detail = d
+	}
+	return c
 }
 
 // Write applies c (built by Change from p, with whatever the caller adds)
@@ -194,6 +214,64 @@ func CompleteCompensation(ctx context.Context, tx *store.Tx, o *op.Operation) er
 		Detail: map[string]string{"compensation_operation_id": o.ID},
 		Outbox: func(after *op.Operation) []store.Message {
 			return []store.Message{outbox.Result(wire.ResultFor(after, after.OriginEventID, op.DecisionNew), tp)}
+		}})
+	return err
+}
+
+// WithdrawCompensation returns the operation that comp compensates to the
+// state it was compensated from, in tx, when comp has just ended without
+// doing anything (denied, cancelled, its approval expired) and the
+// original still waits on it: completed_success (its effect stands),
+// failed_permanent, or escalated (a person still owns it). The event says
+// why, and the original's workflow gets a result. It may be compensated
+// again afterwards. Nothing happens for an operation that compensates
+// nothing, or whose original has moved on or waits on another compensation.
+func WithdrawCompensation(ctx context.Context, tx *store.Tx, comp *op.Operation, actor, why string) error {
+	if comp.CompensatesID == "" {
+		return nil
+	}
+	orig, err := tx.Operation(ctx, comp.CompensatesID)
+	if err != nil {
+		return err
+	}
+	if orig.State != op.StateCompensating || (orig.CompensationID != "" && orig.CompensationID != comp.ID) {
+		return nil
+	}
+	events, err := tx.Events(ctx, orig.ID)
+	if err != nil {
+		return err
+	}
+	var before op.State
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].Event == op.EventCompensate {
+			before = events[i].From
+			break
+		}
+	}
+	// The event that leads back names the state: succeed (the effect
+	// stands), fail_permanent, or escalate, which is also the answer for
+	// a history that says nothing (a person decides).
+	ev := op.EventEscalate
+	switch before {
+	case op.StateCompletedSuccess:
+		ev = op.EventSucceed
+	case op.StateFailedPermanent:
+		ev = op.EventFailPermanent
+	}
+	to, err := op.Transition(orig.State, ev)
+	if err != nil {
+		return err
+	}
+	reason := wire.Clip200(fmt.Sprintf("compensation %s ended without effect (%s); the operation is %s again and may be compensated again",
+		comp.ID, why, to))
+	tp := telemetry.FromTraceID(orig.TraceID)
+	_, err = tx.Transition(ctx, store.Change{OperationID: orig.ID, From: orig.State, LeaseEpoch: orig.LeaseEpoch,
+		Events: []op.Event{ev}, Actor: actor, Operation: orig,
+		Detail: map[string]string{"compensation_operation_id": comp.ID, "reason": reason},
+		Outbox: func(after *op.Operation) []store.Message {
+			r := wire.ResultFor(after, after.OriginEventID, op.DecisionNew)
+			r.Reason = reason
+			return []store.Message{outbox.Result(r, tp)}
 		}})
 	return err
 }

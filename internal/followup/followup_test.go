@@ -46,3 +46,37 @@ func TestRetryBudget(t *testing.T) {
 	p = decide(&reopened, start.Add(time.Hour+time.Second))
 	require.Equal(t, op.StatePendingDispatch, p.To)
 }
+
+// Whichever worker escalates (the dispatcher with an attempt's outcome,
+// the reconciler with a verdict), the escalation's event carries the
+// reason a person must act, next to the worker's own detail, and the
+// agent's result says the same. Here the retry budget runs out on an
+// outcome that may have been applied.
+//
+// Breaking it: a Plan without Detail leaves the event with the attempt's
+// numbers only, the reason in the result and a log line.
+func TestEscalationPlanSaysWhy(t *testing.T) {
+	t.Parallel()
+	tool := &registry.Tool{Name: "t", Retry: registry.RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Second, MaxBackoff: time.Minute, MaxElapsed: time.Hour}}
+	now := time.Date(2026, 12, 1, 2, 13, 0, 0, time.UTC)
+	o := &op.Operation{ID: "op_1", Tool: "t", Class: op.ClassExternalIdempotent, State: op.StateDispatched, AttemptCount: 2, GenerationStartedAt: now}
+	p, err := followup.Decide(tool, o, followup.Outcome{Event: op.EventFailRetryable, Now: now.Add(time.Second), Error: "HTTP 503",
+		MayHaveApplied: true}, "evt", telemetry.Traceparent{})
+	require.NoError(t, err)
+	require.Equal(t, op.StateEscalated, p.To)
+	c := p.Change(o, "dispatcher-1", map[string]any{"outcome": op.OutcomeRetryable, "http_status": 503})
+	d, ok := c.Detail.(map[string]any)
+	require.True(t, ok)
+	require.Contains(t, d["reason"], "the retry budget ran out")
+	require.Equal(t, 503, d["http_status"], "the worker's own detail is kept")
+	after := *o
+	after.State = op.StateEscalated
+	msgs := p.Messages(&after)
+	require.Contains(t, string(msgs[len(msgs)-1].Payload), "the retry budget ran out")
+
+	// A plan that does not escalate adds nothing of its own.
+	o.AttemptCount = 1
+	p, err = followup.Decide(tool, o, followup.Outcome{Event: op.EventFailRetryable, Now: now, Error: "HTTP 429"}, "evt", telemetry.Traceparent{})
+	require.NoError(t, err)
+	require.Nil(t, p.Change(o, "dispatcher-1", nil).Detail)
+}

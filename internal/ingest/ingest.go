@@ -44,6 +44,11 @@ func SourceFor(tenant string) string {
 	return Source + "/" + tenant
 }
 
+// NoProposerReason answers an intent that needs approval but names no
+// actor.
+const NoProposerReason = "this call needs approval, and an approval must be by someone other than its proposer: " +
+	"send actor {type, id} with the intent to say who proposes it"
+
 // garbagePrefix keys the inbox row of an intent without a usable event id
 // by the hash of its bytes.
 const garbagePrefix = "sha256:"
@@ -280,6 +285,15 @@ func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Tracepar
 	}
 	sub.Approval = store.Approval{Required: t.Approval.Required, ExpiresAfter: t.Approval.ExpiresAfter}
 	sub.Guard = policy.Guard(s.reg, t)
+	if p.Initial == op.EventRequireApproval && in.Actor == nil {
+		// Nobody may approve a call they proposed; a call whose proposer is
+		// unknown could be approved by anyone, the proposer included. It is
+		// refused, as a rule beyond the key: a repeat of a known key is
+		// still its duplicate.
+		sub.Guard = func(context.Context, *store.Tx, *op.Operation) (string, error) {
+			return NoProposerReason, nil
+		}
+	}
 	if ev := p.EntityVersion; ev != nil {
 		sub.EntityVersion = &store.EntityVersion{EntityType: ev.EntityType, EntityID: ev.EntityID, Action: ev.Action, Key: ev.Key}
 	}

@@ -333,13 +333,33 @@ func TestIngestAboveThresholdAwaitsApproval(t *testing.T) {
 	b := setup(t)
 	in := capture("evt_big", "wf_1", "order_big", "cust_1")
 	in.Args = pipetest.CaptureArgs("order_big", "cust_1", 2_000_000)
+
+	// Without a proposer nobody could be kept from approving their own
+	// call: refused, and nothing is created.
 	ans := b.ingestIntent(t, in)
+	require.Equal(t, op.DecisionRejected, ans.Decision)
+	require.Equal(t, ingest.NoProposerReason, ans.Result.Reason)
+	require.Empty(t, ans.Result.OperationID)
+	ops, err := b.Store.OperationsByWorkflow(b.Ctx, "wf_1")
+	require.NoError(t, err)
+	require.Empty(t, ops)
+
+	in.EventID, in.Actor = "evt_big_2", &wire.Actor{Type: "agent", ID: "support-bot"}
+	ans = b.ingestIntent(t, in)
 	require.Equal(t, op.DecisionNew, ans.Decision)
 	require.Equal(t, string(op.StateAwaitingApproval), ans.Result.Status)
 	require.Equal(t, op.RecommendAwaitApproval, ans.Result.RetryRecommendation)
 	o := b.Operation(t, ans.Result.OperationID)
 	require.Equal(t, op.StateAwaitingApproval, o.State)
+	require.Equal(t, "support-bot", o.ProposedBy)
 	require.Empty(t, b.Commands(t, o, wire.KindDispatch))
+
+	// A repeat of the action without actor is still its duplicate: the
+	// key decides first.
+	in.EventID, in.Actor = "evt_big_3", nil
+	ans = b.ingestIntent(t, in)
+	require.Equal(t, op.DecisionDuplicateOperation, ans.Decision)
+	require.Equal(t, o.ID, ans.Result.OperationID)
 }
 
 // An intent in workflow wf_2 that duplicates an operation created by wf_1

@@ -361,8 +361,8 @@ func (mt *Maintainer) fence(ctx context.Context, o *op.Operation, attemptID, why
 	if err != nil {
 		return false, err
 	}
-	c := plan.Change(o, mt.cfg.Name+"/sweeper")
-	c.BumpEpoch, c.Detail = true, map[string]string{"reason": why}
+	c := plan.Change(o, mt.cfg.Name+"/sweeper", map[string]any{"reason": why})
+	c.BumpEpoch = true
 	if attemptID != "" {
 		c.AttemptID = attemptID
 		c.Finish = &op.Attempt{ID: attemptID, Outcome: op.OutcomeUnknown, ErrorCategory: "swept", Error: why}
@@ -443,7 +443,7 @@ func (mt *Maintainer) ExpireApprovals(ctx context.Context) (int, error) {
 				why := fmt.Sprintf("the approval request expired at %s without enough approvals (%d of %d); nothing was done",
 					req.ExpiresAt.UTC().Format(time.RFC3339), len(req.Votes), req.Required)
 				tp := telemetry.FromTraceID(o.TraceID)
-				_, err = tx.Transition(ctx, store.Change{OperationID: o.ID, From: o.State, LeaseEpoch: o.LeaseEpoch,
+				cur, err := tx.Transition(ctx, store.Change{OperationID: o.ID, From: o.State, LeaseEpoch: o.LeaseEpoch,
 					Events: []op.Event{op.EventCancel}, Actor: mt.cfg.Name, Operation: o, ErrorCategory: "approval_expired", Error: why,
 					Detail: map[string]string{"reason": why},
 					Outbox: func(after *op.Operation) []store.Message {
@@ -451,11 +451,16 @@ func (mt *Maintainer) ExpireApprovals(ctx context.Context) (int, error) {
 						r.Reason = why
 						return []store.Message{outbox.Result(r, tp)}
 					}})
-				if err == nil {
-					n++
-					mt.log.Warn().Str("operation_id", o.ID).Str("tool", o.Tool).Msg("approval expired; operation cancelled")
+				if err != nil {
+					return err
 				}
-				return err
+				// An expired compensation hands its original back.
+				if err := followup.WithdrawCompensation(ctx, tx, cur, mt.cfg.Name, "its approval request expired"); err != nil {
+					return err
+				}
+				n++
+				mt.log.Warn().Str("operation_id", o.ID).Str("tool", o.Tool).Msg("approval expired; operation cancelled")
+				return nil
 			})
 			var stale *op.StaleError
 			if err != nil && !errors.As(err, &stale) {

@@ -140,8 +140,7 @@ func TestSweepFencesDeadDispatcher(t *testing.T) {
 	require.NoError(t, b.reconciler.Handle(b.Ctx, b.LastCommand(t, o, wire.KindUnknown).Delivery(1)))
 	retry := b.Operation(t, o.ID)
 	require.Equal(t, op.StatePendingDispatch, retry.State)
-	live, liveAtt, err := b.Store.BeginAttempt(b.Ctx, o.ID, retry.LeaseEpoch, "dispatcher-live", pipetest.DefaultToolTimeout)
-	require.NoError(t, err)
+	live, liveAtt := b.Claim(t, retry, "dispatcher-live")
 	require.Equal(t, op.StateDispatched, live.State)
 	require.Greater(t, live.LeaseEpoch, claimed.LeaseEpoch)
 

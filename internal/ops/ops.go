@@ -190,7 +190,12 @@ func (s *Service) Deny(ctx context.Context, a Actor, id, reason string) (*op.Ope
 		if err := tx.CloseApproval(ctx, o.ID, "denied"); err != nil {
 			return nil, err
 		}
-		return s.transition(ctx, tx, o, a, op.EventReject, "denied by "+a.ID, reason, nil)
+		cur, err := s.transition(ctx, tx, o, a, op.EventReject, "denied by "+a.ID, reason, nil)
+		if err != nil {
+			return nil, err
+		}
+		// A denied compensation hands its original back.
+		return cur, followup.WithdrawCompensation(ctx, tx, cur, a.ID, wire.Clip200("denied by "+a.ID+": "+reason))
 	})
 }
 
@@ -230,7 +235,9 @@ const (
 // Resolve settles an escalated operation with a person's evidence
 // (operator): applied → completed_success with the vendor's object id; not
 // applied → sent again under the same key, as a new generation with a fresh
-// retry budget; give up → failed_permanent, and the compensator follows.
+// retry budget; give up → failed_permanent, and the compensator runs the
+// tool's compensation playbook when it can (the event and the agent's
+// result say whether it will).
 func (s *Service) Resolve(ctx context.Context, a Actor, id string, v Verdict, objectID, reason string) (*op.Operation, error) {
 	detail := map[string]string{"verdict": string(v)}
 	if objectID != "" {
@@ -257,11 +264,27 @@ func (s *Service) Resolve(ctx context.Context, a Actor, id string, v Verdict, ob
 			c.Reopen = true
 			return tx.Transition(ctx, c)
 		case VerdictGiveUp:
+			// Whether the compensator will run the tool's playbook is said
+			// now, in the event and the agent's result: it is rendered first
+			// (a capture never charged has no charge to refund).
+			why := "resolved by " + a.ID + ": given up"
+			var command func(*op.Operation) store.Message
 			tp := telemetry.FromTraceID(o.TraceID)
-			c := s.change(o, a, op.EventFailPermanent, "resolved by "+a.ID+": given up", reason, func(after *op.Operation) store.Message {
+			failed := func(after *op.Operation) store.Message {
 				return outbox.Command(wire.KindFailed, after, after.OriginEventID, tp, 0)
-			})
-			c.ErrorCategory, c.Error = "given_up", wire.Clip200("given up by "+a.ID+": "+reason)
+			}
+			if o.CompensatesID != "" {
+				// A compensation given up on: its failed command tells the
+				// compensator, which escalates the original.
+				command = failed
+			} else if ctool, _, _, err := compensate.Playbook(s.reg, o); err == nil {
+				why += "; its compensation playbook (" + ctool.Name + ") follows"
+				command = failed
+			} else if t, terr := s.reg.Tool(o.Tool); terr == nil && t.Compensation != nil {
+				why += "; its compensation playbook cannot run: " + err.Error()
+			}
+			c := s.change(o, a, op.EventFailPermanent, wire.Clip200(why), reason, command)
+			c.ErrorCategory, c.Error = compensate.CategoryGivenUp, wire.Clip200("given up by "+a.ID+": "+reason)
 			return tx.Transition(ctx, c)
 		}
 		return nil, fmt.Errorf("verdict must be applied, not_applied or give_up, got %q: %w", wire.Clip(string(v)), op.ErrInvalid)
@@ -280,7 +303,12 @@ func (s *Service) Cancel(ctx context.Context, a Actor, id, reason string) (*op.O
 				return nil, err
 			}
 		}
-		return s.transition(ctx, tx, o, a, op.EventCancel, "cancelled by "+a.ID, reason, nil)
+		cur, err := s.transition(ctx, tx, o, a, op.EventCancel, "cancelled by "+a.ID, reason, nil)
+		if err != nil {
+			return nil, err
+		}
+		// A cancelled compensation hands its original back.
+		return cur, followup.WithdrawCompensation(ctx, tx, cur, a.ID, wire.Clip200("cancelled by "+a.ID+": "+reason))
 	})
 }
 
@@ -304,6 +332,20 @@ func (s *Service) Compensate(ctx context.Context, a Actor, id, reason string) (*
 		return comp, err
 	})
 	return comp, err
+}
+
+// AuditRefused records a write refused before it reached the human loop
+// (a request the API could not read: a malformed body, an operation id no
+// operation can have, a malformed args hash), with the actor who sent it
+// and why it was refused. id is "" when the request named no valid
+// operation; detail says what it named instead.
+func (s *Service) AuditRefused(ctx context.Context, a Actor, action, id string, detail map[string]string, refusal error) error {
+	entry := store.AuditEntry{Actor: a.ID, Role: string(a.Role), Action: action, OperationID: id,
+		Outcome: wire.Clip200(refusal.Error())}
+	if detail != nil {
+		entry.Detail = detail
+	}
+	return s.st.Audit(context.WithoutCancel(ctx), entry)
 }
 
 // write runs one operator action: the role check, the reason, the change in

@@ -39,13 +39,17 @@ type bundle struct {
 // its threshold, whose requests expire after a minute.
 func setup(t *testing.T, opts pipetest.Options) bundle {
 	t.Helper()
+	edit := opts.EditRegistry
 	opts.EditRegistry = func(data []byte) ([]byte, error) {
 		only := func(tl regedit.Tool) bool { return tl.Name == "capture_payment" }
 		data, err := regedit.Set(data, "approval.approvals_required", "2", only)
 		if err != nil {
 			return nil, err
 		}
-		return regedit.Set(data, "approval.expires_after", "1m", only)
+		if data, err = regedit.Set(data, "approval.expires_after", "1m", only); err != nil || edit == nil {
+			return data, err
+		}
+		return edit(data)
 	}
 	e := pipetest.Start(t, opts)
 	return bundle{Env: e, ops: ops.New(e.Store, e.Registry),
@@ -173,11 +177,19 @@ func TestApprovalExpires(t *testing.T) {
 // when it cannot decide.
 func (b bundle) escalated(t *testing.T, order string) *op.Operation {
 	t.Helper()
+	return b.escalatedWith(t, order, "")
+}
+
+// escalatedWith is escalated with the vendor's object id known (an
+// acknowledgement named the charge, but it was never confirmed).
+func (b bundle) escalatedWith(t *testing.T, order, objectID string) *op.Operation {
+	t.Helper()
 	o := b.SubmitCapture(t, "wf_1", order)
 	claimed, _, err := b.Store.BeginAttempt(b.Ctx, o.ID, o.LeaseEpoch, "w", time.Second)
 	require.NoError(t, err)
 	cur, err := b.Store.Transition(b.Ctx, store.Change{OperationID: o.ID, From: op.StateDispatched, LeaseEpoch: claimed.LeaseEpoch,
-		Events: []op.Event{op.EventOutcomeUnknown, op.EventEscalate}, BumpEpoch: true, ErrorCategory: "escalated", Error: "the vendor has no lookup"})
+		Events: []op.Event{op.EventOutcomeUnknown, op.EventEscalate}, BumpEpoch: true, ErrorCategory: "escalated", Error: "the vendor has no lookup",
+		ExternalObjectID: objectID})
 	require.NoError(t, err)
 	require.Equal(t, op.StateEscalated, cur.State)
 	return cur
@@ -207,11 +219,27 @@ func TestResolveEscalations(t *testing.T) {
 	require.NoError(t, b.d.Handle(b.Ctx, b.LastCommand(t, cur, wire.KindDispatch).Delivery(1)))
 	require.Equal(t, op.StateCompletedSuccess, b.Operation(t, again.ID).State)
 
+	// Given up on a capture that never got a charge id: its playbook (a
+	// refund of the charge) cannot run, and the result says so rather
+	// than promise a refund.
 	gone := b.escalated(t, "order_c")
 	cur, err = b.ops.Resolve(b.Ctx, oscar, gone.ID, ops.VerdictGiveUp, "", "customer withdrew")
 	require.NoError(t, err)
 	require.Equal(t, op.StateFailedPermanent, cur.State)
+	require.Equal(t, "given_up", cur.LastErrorCategory)
+	require.Empty(t, b.Commands(t, cur, wire.KindFailed), "no compensation can follow")
+	res := b.Results(t)
+	require.Contains(t, res[len(res)-1].Reason, "its compensation playbook cannot run")
+	require.Contains(t, res[len(res)-1].Reason, "charge_id")
+
+	// Given up on a capture the vendor may have charged (its charge id is
+	// known): the compensator is told, and the result says a refund follows.
+	charged := b.escalatedWith(t, "order_d", "ch_maybe_1")
+	cur, err = b.ops.Resolve(b.Ctx, oscar, charged.ID, ops.VerdictGiveUp, "", "cannot confirm; refund to be safe")
+	require.NoError(t, err)
 	require.Len(t, b.Commands(t, cur, wire.KindFailed), 1, "the compensator is told")
+	res = b.Results(t)
+	require.Contains(t, res[len(res)-1].Reason, "its compensation playbook (refund_payment) follows")
 
 	_, err = b.ops.Resolve(b.Ctx, oscar, gone.ID, ops.VerdictApplied, "ch_x", "changed my mind")
 	require.ErrorIs(t, err, ops.ErrState, "only an escalated operation is resolved")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/opledger/opledger/internal/api"
 	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/failpoint"
 	"github.com/opledger/opledger/internal/ingest"
@@ -424,8 +426,9 @@ func TestPattern4MultiStepInconsistency(t *testing.T) {
 // refund_payment and credit_account both hold the lease of the customer
 // entity, so the vendor is never busy with two of the customer's money
 // requests at once (each is made to take 300 ms), and they run in the order
-// the ledger gave them the lease. First, the refund is approved at the
-// moment the credit is proposed. Then a refund whose answer is lost holds
+// the ledger gave them the lease. Refunds always need approval, which a
+// person gives through the operators' HTTP API. First, the refund is
+// approved at the moment the credit is proposed. Then a refund whose answer is lost holds
 // the lease through unknown_outcome until the reconciler settles it: the
 // two credits proposed meanwhile wait, and then run in the order they were
 // created. Last, the refund guard (per charge) refuses refunds beyond the
@@ -454,14 +457,18 @@ func TestPattern5CompetingRuns(t *testing.T) {
 		return intent(eventID, "wf_retention", "credit_account",
 			fmt.Sprintf(`{"customer_id":%q,"offer_id":%q,"amount_cents":%d,"reason":"retention offer"}`, customer, offer, amount))
 	}
-	human := ops.New(s.st, s.Registry)
+	// A person approves through the operators' HTTP API, as an approver
+	// would (opledger ops approve does the same): read the operation, then
+	// approve exactly the arguments shown.
 	approve := func(id string) error {
-		o, err := s.st.Operation(s.ctx, id)
-		if err != nil {
+		var shown struct {
+			Operation op.Operation `json:"operation"`
+		}
+		if err := s.api(http.MethodGet, "/v1/operations/"+id, nil, &shown); err != nil {
 			return err
 		}
-		_, err = human.Approve(s.ctx, ops.Actor{ID: "approver_1", Role: ops.RoleApprover}, id, o.ArgsHash, "refund agreed with the customer")
-		return err
+		return s.api(http.MethodPost, "/v1/operations/"+id+"/approve",
+			map[string]string{"args_hash": shown.Operation.ArgsHash, "reason": "refund agreed with the customer"}, nil)
 	}
 
 	// Round 1, at once: the refund is approved as the credit is proposed.
@@ -552,21 +559,61 @@ func TestPattern5CompetingRuns(t *testing.T) {
 	require.Equal(t, client.StatusAwaitingApproval, within.Status)
 }
 
-// system is a whole opledger for one test, with an agent and a log of
-// every result published.
+// system is a whole opledger for one test, with an agent, a log of
+// every result published, and an approver's token for the operators' API.
 type system struct {
 	*app.Stack
-	st      *store.Store
-	agent   *client.Client
-	results *resultLog
-	ctx     context.Context
+	st       *store.Store
+	agent    *client.Client
+	results  *resultLog
+	ctx      context.Context
+	approver string
+}
+
+// api calls the operators' HTTP API as the approver and decodes a 200's
+// body into out (when not nil); any other status is an error.
+func (s *system) api(method, path string, body, out any) error {
+	var r io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		r = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(s.ctx, method, s.HTTP.URL()+path, r)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.approver)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, data)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
 }
 
 // start runs a stack on a fresh database with the named services in this
 // process (all when none), quick maintenance and reconciliation.
 func start(t *testing.T, run ...string) *system {
 	t.Helper()
+	token, entry, err := api.GenerateToken("approver_1", ops.RoleApprover)
+	require.NoError(t, err)
+	tokens, err := api.NewTokens([]api.TokenEntry{entry})
+	require.NoError(t, err)
 	d, err := app.StartStack(context.Background(), app.StackConfig{
+		HTTPAddr: "127.0.0.1:0", APITokens: tokens,
 		Infra: app.InfraConfig{DatabaseURL: testdb.New(t), MemoryStreams: true},
 		Services: app.ServicesConfig{Run: run,
 			Reconcile: reconcile.Config{SettleDelay: 500 * time.Millisecond},
@@ -580,7 +627,7 @@ func start(t *testing.T, run ...string) *system {
 	agent, err := client.Connect(d.Infra.NATSURL, t.Name())
 	require.NoError(t, err)
 	t.Cleanup(agent.Close)
-	s := &system{Stack: d, st: d.Services.Store, agent: agent, ctx: ctx}
+	s := &system{Stack: d, st: d.Services.Store, agent: agent, ctx: ctx, approver: token}
 	s.results = watch(t, ctx, agent)
 	return s
 }

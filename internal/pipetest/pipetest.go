@@ -217,6 +217,31 @@ func (e *Env) SubmitCapture(t *testing.T, workflowID, orderID string) *op.Operat
 		Args: CaptureArgs(orderID, "cust_1", 4900)})
 }
 
+// Claim claims a pending operation for one attempt the way a dispatcher
+// does: with its entity's lease when its tool needs one (whose TTL the
+// clock decides), else plainly. The attempt's deadline is its tool's timeout.
+func (e *Env) Claim(t *testing.T, o *op.Operation, worker string) (*op.Operation, *op.Attempt) {
+	t.Helper()
+	tool := e.Tool(t, o.Tool)
+	var claimed *op.Operation
+	var att *op.Attempt
+	var err error
+	if tool.Lease.Required {
+		var leased []string
+		for _, name := range e.Registry.Names() {
+			if tl := e.Tool(t, name); tl.Lease.Required {
+				leased = append(leased, name)
+			}
+		}
+		claimed, att, err = e.Store.BeginLeasedAttempt(e.Ctx, o.ID, o.LeaseEpoch, worker, tool.Timeout,
+			store.EntityLease{TTL: tool.Lease.TTL, Tools: leased})
+	} else {
+		claimed, att, err = e.Store.BeginAttempt(e.Ctx, o.ID, o.LeaseEpoch, worker, tool.Timeout)
+	}
+	require.NoError(t, err)
+	return claimed, att
+}
+
 // Operation loads an operation from the ledger.
 func (e *Env) Operation(t *testing.T, id string) *op.Operation {
 	t.Helper()

@@ -94,7 +94,11 @@ func totalAtMost(ctx context.Context, tx *store.Tx, g registry.Guard, o *op.Oper
 		return "", err
 	}
 	for _, lo := range limitOps {
-		if lo.State != op.StateCompletedSuccess && lo.State != op.StateCompensating && lo.State != op.StateCompletedNoop {
+		// The limit is a completed operation's, or, for a compensation, the
+		// one it compensates, whatever is known of its outcome (a capture
+		// given up on may have charged: its refund is capped at it).
+		if lo.State != op.StateCompletedSuccess && lo.State != op.StateCompensating && lo.State != op.StateCompletedNoop &&
+			lo.ID != o.CompensatesID {
 			continue
 		}
 		limit, err := intArg(lo, g.LimitField)

@@ -46,7 +46,9 @@ func (b Batch) Intents() []Sent {
 	}
 	var out []Sent
 	add := func(i int, kind, tool string, args, other json.RawMessage) {
-		first := wire.Intent{EventID: fmt.Sprintf("%s:%s_%d", b.Prefix, kind, i), WorkflowID: wf, Tool: tool, Args: args}
+		// Every intent names its agent: a call that needs approval must.
+		first := wire.Intent{EventID: fmt.Sprintf("%s:%s_%d", b.Prefix, kind, i), WorkflowID: wf, Tool: tool, Args: args,
+			Actor: &wire.Actor{Type: "agent", ID: "proctest-agent"}}
 		out = append(out, Sent{Intent: first})
 		if b.NoDuplicates {
 			return

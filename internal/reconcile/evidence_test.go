@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/dispatch"
-	"github.com/opledger/opledger/internal/pipetest"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/vendors"
 	"github.com/opledger/opledger/pkg/adapter"
@@ -21,9 +20,8 @@ import (
 func (b bundle) recordFor(t *testing.T, orderID string, res adapter.Result) *op.Operation {
 	t.Helper()
 	o := b.SubmitCapture(t, "wf_1", orderID)
-	claimed, att, err := b.Store.BeginAttempt(b.Ctx, o.ID, o.LeaseEpoch, "dispatcher-1", pipetest.DefaultToolTimeout)
-	require.NoError(t, err)
-	_, err = dispatch.Record(b.Ctx, b.Store, b.Tool(t, "capture_payment"), claimed, att, res, "evt_"+orderID, telemetry.FromTraceID(o.TraceID))
+	claimed, att := b.Claim(t, o, "dispatcher-1")
+	_, err := dispatch.Record(b.Ctx, b.Store, b.Tool(t, "capture_payment"), claimed, att, res, "evt_"+orderID, telemetry.FromTraceID(o.TraceID))
 	require.NoError(t, err)
 	return b.Operation(t, o.ID)
 }

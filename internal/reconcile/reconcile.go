@@ -173,7 +173,7 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 			}
 			return bus.RetryIn(cause, wait)
 		}
-		v = verdict{event: op.EventEscalate, why: v.failure, metric: "escalated"}
+		v = verdict{event: op.EventEscalate, why: fmt.Sprintf("%s: after %d lookups (the tool's max_lookups)", v.failure, n.Failures), metric: "escalated"}
 	}
 	s.m.Reconciled(o.Tool, v.metric)
 	failpoint.Hit(failpoint.ReconcileBeforeCommit)
@@ -245,7 +245,7 @@ type verdict struct {
 
 func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operation, log zerolog.Logger) verdict {
 	looker, ok := s.adapters[o.Tool].(adapter.Looker)
-	if !ok || tool.Adapter.HTTP.Lookup == nil {
+	if !ok || !tool.Adapter.HasLookup() {
 		if o.Class.ResendAfterAmbiguity(tool.Adapter.VendorIdempotency) && o.State == op.StateUnknownOutcome {
 			// A read, or a write the vendor deduplicates by our key: sending
 			// it again under the same key cannot make a second effect.
@@ -345,8 +345,8 @@ func (s *Service) write(ctx context.Context, tool *registry.Tool, o *op.Operatio
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	c := plan.Change(o, s.cfg.Name)
-	c.ExternalObjectID, c.Detail = v.extID, map[string]string{"verdict": v.why}
+	c := plan.Change(o, s.cfg.Name, map[string]any{"verdict": v.why})
+	c.ExternalObjectID = v.extID
 	cur, err := plan.Write(ctx, s.store, c)
 	var stale *op.StaleError
 	if errors.As(err, &stale) {

@@ -50,6 +50,9 @@ func toOperation(r dbsqlc.Operation) *op.Operation {
 	if r.CompensatesOperationID != nil {
 		o.CompensatesID = *r.CompensatesOperationID
 	}
+	if r.CompensationOperationID != nil {
+		o.CompensationID = *r.CompensationOperationID
+	}
 	return o
 }
 
@@ -72,6 +75,9 @@ type Change struct {
 	Reopen            bool
 	ExternalRequestID string
 	ExternalObjectID  string
+	// CompensationID, when set, links the operation to its compensation
+	// (the original moving to compensating).
+	CompensationID string
 	// ErrorCategory and Error, when ErrorCategory is set, replace the
 	// operation's last error; a change that completes the operation clears them.
 	ErrorCategory string
@@ -84,6 +90,11 @@ type Change struct {
 	// statement, whether or not the operation still matches From and
 	// LeaseEpoch: a fenced-off attempt keeps what the vendor answered.
 	Finish *op.Attempt
+	// RequireLease (with Finish) writes the change only while the
+	// operation still holds its entity's lease, unexpired on the database's
+	// clock: a holder whose lease expired (and another operation may have
+	// taken) is fenced off with ErrLeaseLost, its attempt keeping the answer.
+	RequireLease bool
 	// Outbox builds the messages written with the change (the agent's
 	// result, a follow-up command) from the operation as it will be after it;
 	// nothing is written if the operation does not change.
@@ -128,6 +139,9 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 		ID: c.OperationID, FromState: string(c.From), LeaseEpoch: c.LeaseEpoch, BumpEpoch: c.BumpEpoch, Reopen: c.Reopen,
 		ExternalRequestID: c.ExternalRequestID, ExternalObjectID: c.ExternalObjectID,
 		AttemptID: c.AttemptID, Actor: c.Actor, Now: r.now(),
+	}
+	if c.CompensationID != "" {
+		p.CompensationOperationID = &c.CompensationID
 	}
 	from := c.From
 	for i, ev := range c.Events {
@@ -175,6 +189,9 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 		}
 	}
 	p.Subjects, p.MsgIds, p.Headers, p.Payloads, p.OperationIds, p.Delays = rows.columns()
+	if c.RequireLease && c.Finish == nil {
+		return nil, false, fmt.Errorf("operation %s: a change that requires the lease finishes an attempt: %w", c.OperationID, op.ErrInvalid)
+	}
 	var row dbsqlc.Operation
 	if a := c.Finish; a != nil {
 		// Only writers that finish an attempt name the attempts table: the
@@ -184,11 +201,12 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 			Now: p.Now, Outcome: string(a.Outcome), AttemptErrorCategory: a.ErrorCategory, AttemptError: a.Error,
 			HttpStatus: int32(a.HTTPStatus), AttemptExternalRequestID: a.ExternalRequestID, AttemptExternalObjectID: a.ExternalObjectID,
 			FinishAttemptID: a.ID, ToState: p.ToState, Events: p.Events, BumpEpoch: p.BumpEpoch, Reopen: p.Reopen,
-			ExternalRequestID: p.ExternalRequestID, ExternalObjectID: p.ExternalObjectID, SetError: p.SetError,
+			ExternalRequestID: p.ExternalRequestID, ExternalObjectID: p.ExternalObjectID,
+			CompensationOperationID: p.CompensationOperationID, SetError: p.SetError,
 			ErrorCategory: p.ErrorCategory, Error: p.Error, ID: p.ID, FromState: p.FromState, LeaseEpoch: p.LeaseEpoch,
 			ReleaseLease: p.ReleaseLease, AttemptID: p.AttemptID, Actor: p.Actor, FromStates: p.FromStates, ToStates: p.ToStates,
 			Details: p.Details, Subjects: p.Subjects, MsgIds: p.MsgIds, Headers: p.Headers, Payloads: p.Payloads,
-			OperationIds: p.OperationIds, Delays: p.Delays,
+			OperationIds: p.OperationIds, Delays: p.Delays, RequireLease: c.RequireLease,
 		})
 		row = dbsqlc.Operation(fr)
 	} else {
@@ -197,10 +215,22 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 		row = dbsqlc.Operation(tr)
 	}
 	if err != nil {
-		return nil, false, r.staleOr(ctx, c.OperationID, c.From, c.LeaseEpoch, err)
+		err = r.staleOr(ctx, c.OperationID, c.From, c.LeaseEpoch, err)
+		var stale *op.StaleError
+		if c.RequireLease && errors.As(err, &stale) && stale.GotState == c.From && stale.GotEpoch == c.LeaseEpoch {
+			// The operation is as the writer expected: what it lacks is
+			// its entity's lease.
+			return nil, false, fmt.Errorf("operation %s: %w", c.OperationID, ErrLeaseLost)
+		}
+		return nil, false, err
 	}
 	return toOperation(row), len(rows.msgIDs) > 0, nil
 }
+
+// ErrLeaseLost: a change that requires its operation's entity lease found
+// the lease expired on the database's clock, or taken by another operation.
+// Nothing but the attempt row changed.
+var ErrLeaseLost = errors.New("the entity's lease expired or was taken by another operation")
 
 // applyChange predicts the operation after c, the way OperationTransition
 // writes it, for the messages built before the statement runs.
@@ -215,6 +245,9 @@ func applyChange(o *op.Operation, c Change, to op.State, now *time.Time) {
 	}
 	if c.ExternalObjectID != "" {
 		o.ExternalObjectID = c.ExternalObjectID
+	}
+	if c.CompensationID != "" {
+		o.CompensationID = c.CompensationID
 	}
 	switch {
 	case c.ErrorCategory != "":
@@ -386,6 +419,15 @@ func (r reads) Events(ctx context.Context, operationID string) ([]op.EventRecord
 		}
 	}
 	return out, nil
+}
+
+// CompensationCount returns how many compensations operation id has had.
+func (r reads) CompensationCount(ctx context.Context, id string) (int, error) {
+	n, err := r.q.OperationCompensationCount(ctx, &id)
+	if err != nil {
+		return 0, fmt.Errorf("compensations of %s: %w", id, translate(err))
+	}
+	return int(n), nil
 }
 
 // CountByState returns how many operations are in each state.

@@ -61,3 +61,68 @@ func clipText(s string, n int) string {
 	}
 	return s
 }
+
+// CategoryCredentialEcho: the vendor answered with one of the credentials
+// the adapter sent (a secret header echoed into a request id, say). The
+// value is never stored; a positive answer whose object id held it is
+// malformed (OutcomeUnknown).
+const CategoryCredentialEcho = "credential_echo"
+
+// minSecretMatch is the shortest secret looked for inside a vendor value;
+// a shorter one (unusual for a credential) counts only as the whole value,
+// so that a two-letter secret does not blank every identifier holding it.
+const minSecretMatch = 8
+
+// HoldsSecret reports whether v contains one of secrets, the credential
+// values an adapter sends (see Redact).
+func HoldsSecret(v string, secrets []string) bool {
+	if v == "" {
+		return false
+	}
+	for _, s := range secrets {
+		switch {
+		case s == "":
+		case len(s) >= minSecretMatch && strings.Contains(v, s), v == s:
+			return true
+		}
+	}
+	return false
+}
+
+// RedactText replaces every secret inside s with "[redacted]".
+func RedactText(s string, secrets []string) string {
+	for _, sec := range secrets {
+		if len(sec) >= minSecretMatch {
+			s = strings.ReplaceAll(s, sec, "[redacted]")
+		} else if sec != "" && s == sec {
+			return "[redacted]"
+		}
+	}
+	return s
+}
+
+// Redact keeps the adapter's own credentials out of what a vendor sent
+// back, before anything stores, logs or publishes it: a request id holding
+// a secret is dropped; an object id holding one is dropped too and makes a
+// positive answer malformed (OutcomeUnknown: the effect may have happened,
+// and a lookup settles it); a secret inside an error text is replaced by
+// "[redacted]". secrets are the values the adapter sends in its secret
+// headers (each secret, and each header's whole value).
+func Redact(res Result, secrets []string) Result {
+	if len(secrets) == 0 {
+		return res
+	}
+	if HoldsSecret(res.ExternalRequestID, secrets) {
+		res.ExternalRequestID = ""
+	}
+	if HoldsSecret(res.ExternalObjectID, secrets) {
+		res.ExternalObjectID = ""
+		switch res.Outcome {
+		case op.OutcomeSuccess, op.OutcomeNoop, op.OutcomeAcknowledged:
+			res.Outcome, res.ErrorCategory = op.OutcomeUnknown, CategoryCredentialEcho
+			res.Error = "the vendor answered with an object id that holds one of this tool's credentials; it is not stored"
+		}
+	}
+	res.Error = RedactText(res.Error, secrets)
+	return res
+}

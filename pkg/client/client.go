@@ -239,6 +239,9 @@ type subscription struct {
 	c    *Client
 	cons jetstream.Consumer
 	it   jetstream.MessagesContext
+	// before is how many messages of the filter the stream held when the
+	// consumer was made: the first ones delivered were there before.
+	before uint64
 }
 
 // subscribe creates an ordered consumer on RESULTS for filter, delivering
@@ -259,7 +262,11 @@ func (c *Client) subscribe(ctx context.Context, filter string, start time.Time) 
 	if err != nil {
 		return nil, fmt.Errorf("client: results for %s: %w", wire.Clip(filter), err)
 	}
-	return &subscription{c: c, cons: cons, it: it}, nil
+	sub := &subscription{c: c, cons: cons, it: it}
+	if info := cons.CachedInfo(); info != nil {
+		sub.before = info.NumPending
+	}
+	return sub, nil
 }
 
 // next returns the next message of the subscription as a result (ok is
@@ -271,10 +278,13 @@ func (s *subscription) next(ctx context.Context) (r Result, ok bool, pending uin
 	if err != nil {
 		return Result{}, false, 0, err
 	}
+	earlier := false
 	if md, err := m.Metadata(); err == nil {
 		pending = md.NumPending
+		earlier = md.Sequence.Consumer <= s.before
 	}
 	r, ok = decodeResult(m.Headers(), m.Data())
+	r.Earlier = earlier
 	return r, ok && s.c.own(m.Subject(), r), pending, nil
 }
 

@@ -110,6 +110,9 @@ func TestSubmitSameEventIDAgain(t *testing.T) {
 
 	again, err := b.cl.Submit(b.ctx, in)
 	require.NoError(t, err)
+	require.False(t, first.Earlier)
+	require.True(t, again.Earlier, "read from before the resend: the resend itself started nothing")
+	again.Earlier = false
 	require.Equal(t, first.Result, again.Result, "the answer to the first publish")
 
 	// Without the header too the ledger sees the resend and answers
@@ -233,6 +236,8 @@ func TestSubmitRefusals(t *testing.T) {
 	require.False(t, ans.Accepted())
 	res, err := b.cl.SubmitAndWait(b.ctx, bad)
 	require.NoError(t, err)
+	require.True(t, res.Earlier, "the same refused event again: its answer was already there")
+	res.Earlier = false
 	require.Equal(t, ans.Result, res)
 
 	// The same key with other arguments: a conflict that names the operation
@@ -249,8 +254,17 @@ func TestSubmitRefusals(t *testing.T) {
 	require.Equal(t, client.StatusRejected, res.Status)
 	require.Equal(t, held.OperationID, res.OperationID)
 
-	// Over the approval threshold: the wait ends where a person must act.
-	res, err = b.cl.SubmitAndWait(b.ctx, capture(wf, "conv_1:call_4", "order_4", 2000000))
+	// Over the approval threshold without saying who proposes it: refused,
+	// since nobody could be kept from approving their own call.
+	big := capture(wf, "conv_1:call_4", "order_4", 2000000)
+	res, err = b.cl.SubmitAndWait(b.ctx, big)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusRejected, res.Status)
+	require.Contains(t, res.Reason, "send actor")
+
+	// With its proposer: the wait ends where a person must act.
+	big.EventID, big.Actor = "conv_1:call_5", &wire.Actor{Type: "agent", ID: "support-bot"}
+	res, err = b.cl.SubmitAndWait(b.ctx, big)
 	require.NoError(t, err)
 	require.Equal(t, client.StatusAwaitingApproval, res.Status)
 	require.True(t, res.Status.NeedsPerson())

@@ -62,6 +62,11 @@ type Result struct {
 	Status Status
 	// MsgID is the message's Nats-Msg-Id header, unique per result message.
 	MsgID string
+	// Earlier is true when the message was in the stream before the call
+	// that read it began reading (Submit, SubmitAndWait, SubmitAndWatch):
+	// an answer marked so answers an earlier publish of the same event id,
+	// so the call itself started nothing new.
+	Earlier bool
 }
 
 // AtRest reports whether no further result is expected for the operation

@@ -84,7 +84,28 @@ func (c *Client) SubmitAndWait(ctx context.Context, in wire.Intent) (Result, err
 	if err != nil {
 		return Result{}, err
 	}
-	return w.follow(ans.Result)
+	return w.follow(ans.Result, nil)
+}
+
+// SubmitAndWatch is SubmitAndWait that also calls onResult with the answer
+// and then with every newer result of the operation it follows (a higher
+// version), in the goroutine of the call, before returning the one at rest:
+// a caller reports each transition while it waits (an MCP server's progress
+// notifications). onResult must not block for long; it may be nil.
+func (c *Client) SubmitAndWatch(ctx context.Context, in wire.Intent, onResult func(Result)) (Result, error) {
+	w, err := c.submit(ctx, in)
+	if err != nil {
+		return Result{}, err
+	}
+	defer w.close()
+	ans, err := w.answer()
+	if err != nil {
+		return Result{}, err
+	}
+	if onResult != nil {
+		onResult(ans.Result)
+	}
+	return w.follow(ans.Result, onResult)
 }
 
 // checkIntent fills in's Spec, checks it as the ledger will and encodes it.
@@ -200,7 +221,7 @@ func (w *waiter) answer() (Answer, error) {
 
 // follow reads until the operation ans describes is at rest, and returns its
 // newest result.
-func (w *waiter) follow(ans Result) (Result, error) {
+func (w *waiter) follow(ans Result, onResult func(Result)) (Result, error) {
 	if ans.AtRest() || !ans.describesOperation() {
 		return ans, nil
 	}
@@ -208,6 +229,9 @@ func (w *waiter) follow(ans Result) (Result, error) {
 	for {
 		if b := w.best[id]; b.Version > cur.Version {
 			cur = b
+			if onResult != nil {
+				onResult(cur)
+			}
 		}
 		if cur.AtRest() {
 			return cur, nil

@@ -49,7 +49,10 @@ type Operation struct {
 	DedupeKey string `json:"dedupe_key,omitempty"`
 	// CompensatesID links a compensation to the operation it compensates.
 	CompensatesID string `json:"compensates_operation_id,omitempty"`
-	TraceID       string `json:"trace_id,omitempty"`
+	// CompensationID links an operation to its latest compensation (the
+	// other direction of CompensatesID), once one was requested.
+	CompensationID string `json:"compensation_operation_id,omitempty"`
+	TraceID        string `json:"trace_id,omitempty"`
 	// LastErrorCategory and LastError describe the most recent failed attempt.
 	LastErrorCategory string    `json:"last_error_category,omitempty"`
 	LastError         string    `json:"last_error,omitempty"`

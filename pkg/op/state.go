@@ -88,20 +88,25 @@ type Event string
 const (
 	// EventCreate is the first row of every operation's history (→ planned).
 	// It is not a transition: no existing state accepts it.
-	EventCreate           Event = "create"
-	EventRequireApproval  Event = "require_approval"  // planned → awaiting_approval
-	EventEnqueue          Event = "enqueue"           // planned → pending_dispatch
-	EventApprove          Event = "approve"           // awaiting_approval → pending_dispatch
-	EventReject           Event = "reject"            // planned|awaiting_approval → rejected
-	EventDispatch         Event = "dispatch"          // pending_dispatch → dispatched
-	EventAcknowledge      Event = "acknowledge"       // dispatched → acknowledged
-	EventSucceed          Event = "succeed"           // dispatched|acknowledged|unknown_outcome|escalated → completed_success
-	EventNoop             Event = "noop"              // dispatched|acknowledged|unknown_outcome|escalated → completed_noop
-	EventFailRetryable    Event = "fail_retryable"    // dispatched|unknown_outcome → failed_retryable
-	EventFailPermanent    Event = "fail_permanent"    // dispatched|acknowledged|unknown_outcome|failed_retryable|escalated → failed_permanent
-	EventOutcomeUnknown   Event = "outcome_unknown"   // dispatched|acknowledged → unknown_outcome
-	EventRetry            Event = "retry"             // failed_retryable → pending_dispatch
-	EventEscalate         Event = "escalate"          // dispatched|acknowledged|unknown_outcome|failed_retryable|failed_permanent|compensating → escalated
+	EventCreate          Event = "create"
+	EventRequireApproval Event = "require_approval" // planned → awaiting_approval
+	EventEnqueue         Event = "enqueue"          // planned → pending_dispatch
+	EventApprove         Event = "approve"          // awaiting_approval → pending_dispatch
+	EventReject          Event = "reject"           // planned|awaiting_approval → rejected
+	EventDispatch        Event = "dispatch"         // pending_dispatch → dispatched
+	EventAcknowledge     Event = "acknowledge"      // dispatched → acknowledged
+	EventSucceed         Event = "succeed"          // dispatched|acknowledged|unknown_outcome|escalated|compensating → completed_success
+	EventNoop            Event = "noop"             // dispatched|acknowledged|unknown_outcome|escalated → completed_noop
+	EventFailRetryable   Event = "fail_retryable"   // dispatched|unknown_outcome → failed_retryable
+	EventFailPermanent   Event = "fail_permanent"   // dispatched|acknowledged|unknown_outcome|failed_retryable|escalated|compensating → failed_permanent
+	EventOutcomeUnknown  Event = "outcome_unknown"  // dispatched|acknowledged → unknown_outcome
+	EventRetry           Event = "retry"            // failed_retryable → pending_dispatch
+	EventEscalate        Event = "escalate"         // dispatched|acknowledged|unknown_outcome|failed_retryable|failed_permanent|compensating → escalated
+	// EventCompensate: a compensation was requested. When it ends without
+	// doing anything (denied, cancelled, its approval expired), the
+	// original goes back to the state it was compensated from, by the event
+	// that names that state: succeed (its effect stands), fail_permanent, or
+	// escalate (a person still owns it).
 	EventCompensate       Event = "compensate"        // completed_success|failed_permanent|escalated → compensating
 	EventCompensated      Event = "compensated"       // compensating → compensated
 	EventCompensationFail Event = "compensation_fail" // compensating → escalated
@@ -137,10 +142,10 @@ var transitions = map[Event]struct {
 	EventReject:           {[]State{StatePlanned, StateAwaitingApproval}, StateRejected},
 	EventDispatch:         {[]State{StatePendingDispatch}, StateDispatched},
 	EventAcknowledge:      {[]State{StateDispatched}, StateAcknowledged},
-	EventSucceed:          {[]State{StateDispatched, StateAcknowledged, StateUnknownOutcome, StateEscalated}, StateCompletedSuccess},
+	EventSucceed:          {[]State{StateDispatched, StateAcknowledged, StateUnknownOutcome, StateEscalated, StateCompensating}, StateCompletedSuccess},
 	EventNoop:             {[]State{StateDispatched, StateAcknowledged, StateUnknownOutcome, StateEscalated}, StateCompletedNoop},
 	EventFailRetryable:    {[]State{StateDispatched, StateUnknownOutcome}, StateFailedRetryable},
-	EventFailPermanent:    {[]State{StateDispatched, StateAcknowledged, StateUnknownOutcome, StateFailedRetryable, StateEscalated}, StateFailedPermanent},
+	EventFailPermanent:    {[]State{StateDispatched, StateAcknowledged, StateUnknownOutcome, StateFailedRetryable, StateEscalated, StateCompensating}, StateFailedPermanent},
 	EventOutcomeUnknown:   {[]State{StateDispatched, StateAcknowledged}, StateUnknownOutcome},
 	EventRetry:            {[]State{StateFailedRetryable}, StatePendingDispatch},
 	EventEscalate:         {[]State{StateDispatched, StateAcknowledged, StateUnknownOutcome, StateFailedRetryable, StateFailedPermanent, StateCompensating}, StateEscalated},

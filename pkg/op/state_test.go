@@ -76,7 +76,11 @@ var legal = map[op.State]map[op.Event]op.State{
 	op.StateCompensating: {
 		op.EventCompensated:      op.StateCompensated,
 		op.EventCompensationFail: op.StateEscalated,
-		op.EventEscalate:         op.StateEscalated,
+		// A compensation that ended without doing anything: the original
+		// goes back to where it was compensated from.
+		op.EventSucceed:       op.StateCompletedSuccess,
+		op.EventFailPermanent: op.StateFailedPermanent,
+		op.EventEscalate:      op.StateEscalated,
 	},
 	op.StateCompensated: {},
 	op.StateCancelled:   {},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/pkg/adapter/httpadapter"
+	"github.com/opledger/opledger/pkg/adapter/mcpadapter"
 	"github.com/opledger/opledger/pkg/canon"
 	"github.com/opledger/opledger/pkg/op"
 )
@@ -48,8 +49,9 @@ type fileTool struct {
 }
 
 type fileCompensation struct {
-	Tool string            `yaml:"tool"`
-	Args map[string]string `yaml:"args"`
+	Tool      string            `yaml:"tool"`
+	Args      map[string]string `yaml:"args"`
+	OnFailure bool              `yaml:"on_failure"`
 }
 
 type fileEntity struct {
@@ -71,10 +73,12 @@ type fileLease struct {
 }
 
 type fileApproval struct {
-	When              string `yaml:"when"`
-	Field             string `yaml:"field"`
-	Threshold         int64  `yaml:"threshold"`
-	ApprovalsRequired int    `yaml:"approvals_required"`
+	When  string `yaml:"when"`
+	Field string `yaml:"field"`
+	// Threshold and ApprovalsRequired are pointers so that a value written
+	// where nothing reads it (approval.when: never) can be refused.
+	Threshold         *int64 `yaml:"threshold"`
+	ApprovalsRequired *int   `yaml:"approvals_required"`
 	ExpiresAfter      string `yaml:"expires_after"`
 }
 
@@ -121,6 +125,23 @@ type fileAdapter struct {
 	RequestIDPointer  string            `yaml:"request_id_pointer"`
 	ReplayedHeader    string            `yaml:"replayed_header"`
 	Lookup            *fileLookup       `yaml:"lookup"`
+	// type mcp
+	Server              string      `yaml:"server"`
+	Tool                string      `yaml:"tool"`
+	IdempotencyArgument string      `yaml:"idempotency_argument"`
+	ErrorOutcome        string      `yaml:"error_outcome"`
+	Verify              *fileVerify `yaml:"verify"`
+}
+
+type fileVerify struct {
+	Tool              string         `yaml:"tool"`
+	Args              map[string]any `yaml:"args"`
+	FoundPointer      string         `yaml:"found_pointer"`
+	ExternalIDPointer string         `yaml:"external_id_pointer"`
+	StatusPointer     string         `yaml:"status_pointer"`
+	PendingValues     []string       `yaml:"pending_values"`
+	SucceededValues   []string       `yaml:"succeeded_values"`
+	FailedValues      []string       `yaml:"failed_values"`
 }
 
 type fileBody struct {
@@ -280,23 +301,57 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 		if l.Required && t.entityID == nil {
 			p.add("lease.required", "an entity lease needs entity.type and entity.id")
 		}
-		if l.TTL != "" && t.Lease.TTL < t.Timeout && !p.has("lease.ttl") {
+		switch {
+		case l.TTL != "" && !l.Required:
+			// Nothing reads a TTL of a lease that is never taken.
+			p.add("lease.ttl", "has no effect without lease.required: true: no lease is taken")
+		case l.TTL != "" && t.Lease.TTL < t.Timeout && !p.has("lease.ttl"):
 			p.add("lease.ttl", "must not be shorter than timeout (%s): a call must end while its lease holds", t.Timeout)
 		}
 	}
 
 	t.Approval = ApprovalRule{When: "never", Required: 1, ExpiresAfter: DefaultApprovalExpiry}
 	if a := ft.Approval; a != nil {
-		t.Approval = ApprovalRule{When: a.When, Field: a.Field, Threshold: a.Threshold, Required: max(a.ApprovalsRequired, 1),
+		t.Approval = ApprovalRule{When: a.When, Field: a.Field, Required: 1,
 			ExpiresAfter: p.duration("approval.expires_after", a.ExpiresAfter, DefaultApprovalExpiry)}
-		if a.ApprovalsRequired < 0 || a.ApprovalsRequired > 10 {
-			p.add("approval.approvals_required", "must be between 1 and 10, got %d", a.ApprovalsRequired)
+		if a.Threshold != nil {
+			t.Approval.Threshold = *a.Threshold
+		}
+		if n := a.ApprovalsRequired; n != nil {
+			t.Approval.Required = max(*n, 1)
+			if *n < 1 || *n > 10 {
+				p.add("approval.approvals_required", "must be between 1 and 10, got %d", *n)
+			}
 		}
 		if t.Approval.ExpiresAfter == 0 && !p.has("approval.expires_after") {
 			p.add("approval.expires_after", "must be a positive duration")
 		}
+		// A setting nothing reads is refused rather than ignored: the
+		// operator meant something by it.
+		unused := func(field, when string) {
+			p.add(field, "has no effect with approval.when: %s", when)
+		}
 		switch a.When {
-		case "never", "always":
+		case "never":
+			if a.Field != "" {
+				unused("approval.field", "never")
+			}
+			if a.Threshold != nil {
+				unused("approval.threshold", "never")
+			}
+			if a.ApprovalsRequired != nil {
+				unused("approval.approvals_required", "never")
+			}
+			if a.ExpiresAfter != "" {
+				unused("approval.expires_after", "never")
+			}
+		case "always":
+			if a.Field != "" {
+				unused("approval.field", "always")
+			}
+			if a.Threshold != nil {
+				unused("approval.threshold", "always")
+			}
 		case "above":
 			if a.Field == "" {
 				p.add("approval.field", "is required when approval.when is above")
@@ -351,7 +406,7 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 				}
 			}
 		}
-		t.Compensation = &Compensation{Tool: c.Tool, Args: c.Args}
+		t.Compensation = &Compensation{Tool: c.Tool, Args: c.Args, OnFailure: c.OnFailure}
 	}
 	p.identity(t, ft)
 	p.applyBound(t, ft)
@@ -379,11 +434,25 @@ func (p *problems) adapter(t *Tool, fa *fileAdapter, args map[string]any, opts O
 		return
 	}
 	t.Adapter.Type = fa.Type
-	if fa.Type != "http" {
-		p.add("adapter.type", "must be http (the only adapter so far), got %q", fa.Type)
+	switch fa.Type {
+	case "http":
+		for field, set := range map[string]bool{"server": fa.Server != "", "tool": fa.Tool != "",
+			"idempotency_argument": fa.IdempotencyArgument != "", "error_outcome": fa.ErrorOutcome != "", "verify": fa.Verify != nil} {
+			if set {
+				p.add("adapter."+field, "is for adapter.type mcp only")
+			}
+		}
+	case "mcp":
+		p.mcpAdapter(t, fa, args)
+		return
+	default:
+		p.add("adapter.type", "must be http or mcp, got %q", fa.Type)
 		return
 	}
 	base := opts.vendorURL(fa.Vendor)
+	if base == "" && opts.Catalog {
+		base = catalogVendorURL
+	}
 	if fa.Vendor == "" {
 		p.add("adapter.vendor", "is required")
 	} else if base == "" {
@@ -406,6 +475,11 @@ func (p *problems) adapter(t *Tool, fa *fileAdapter, args map[string]any, opts O
 		FailedValues: fa.FailedValues, SucceededValues: fa.SucceededValues,
 		RequestIDHeader: fa.RequestIDHeader, RequestIDPointer: fa.RequestIDPointer, ReplayedHeader: fa.ReplayedHeader,
 		Secret: opts.Secret,
+	}
+	if opts.Catalog {
+		// A catalog never calls the vendor: its secrets stay where they are.
+		cfg.Secret = func(string) (string, bool) { return "catalog", true }
+		t.catalog = true
 	}
 	p.statusValues("adapter.", fa.StatusPointer, fa.PendingValues, fa.FailedValues, fa.SucceededValues)
 	if b := fa.Body; b != nil {
@@ -434,6 +508,54 @@ func (p *problems) adapter(t *Tool, fa *fileAdapter, args map[string]any, opts O
 	t.Adapter.HTTP = cfg
 	if base != "" {
 		p.checkAdapter(cfg, args)
+	}
+}
+
+// catalogVendorURL stands in for vendor base URLs in a catalog (Options.Catalog).
+const catalogVendorURL = "http://catalog.invalid"
+
+// mcpAdapter compiles adapter.type mcp: a tool of an upstream MCP server.
+func (p *problems) mcpAdapter(t *Tool, fa *fileAdapter, args map[string]any) {
+	for field, set := range map[string]bool{"vendor": fa.Vendor != "", "method": fa.Method != "", "path": fa.Path != "",
+		"body": fa.Body != nil, "headers": len(fa.Headers) > 0, "secret_headers": len(fa.SecretHeaders) > 0,
+		"idempotency_header": fa.IdempotencyHeader != "", "reference_header": fa.ReferenceHeader != "",
+		"status_outcomes": len(fa.StatusOutcomes) > 0, "status_pointer": fa.StatusPointer != "",
+		"pending_values": len(fa.PendingValues) > 0, "failed_values": len(fa.FailedValues) > 0,
+		"succeeded_values": len(fa.SucceededValues) > 0, "request_id_header": fa.RequestIDHeader != "",
+		"request_id_pointer": fa.RequestIDPointer != "", "replayed_header": fa.ReplayedHeader != "", "lookup": fa.Lookup != nil} {
+		if set {
+			p.add("adapter."+field, "is for adapter.type http only (an mcp tool answers through its result and adapter.verify)")
+		}
+	}
+	cfg := mcpadapter.Config{Server: fa.Server, Tool: fa.Tool, IdempotencyArgument: fa.IdempotencyArgument,
+		ErrorOutcome: op.Outcome(fa.ErrorOutcome), ExternalIDPointer: fa.ExternalIDPointer, Timeout: t.Timeout}
+	if cfg.Tool == "" {
+		cfg.Tool = t.Name
+	}
+	if v := fa.Verify; v != nil {
+		cfg.Verify = &mcpadapter.VerifyConfig{Tool: v.Tool, Args: v.Args, FoundPointer: v.FoundPointer,
+			ExternalIDPointer: v.ExternalIDPointer, StatusPointer: v.StatusPointer, PendingValues: v.PendingValues,
+			FailedValues: v.FailedValues, SucceededValues: v.SucceededValues}
+	}
+	fields, probs := mcpadapter.Check(cfg)
+	for _, err := range probs {
+		var ce *mcpadapter.ConfigError
+		if errors.As(err, &ce) {
+			p.add("adapter."+ce.Field, "%s", ce.Reason)
+		}
+	}
+	for _, f := range fields {
+		if !schemaHasField(args, f, "") {
+			p.add("adapter.verify.args", "placeholder {%s} is not a top-level property of args_schema", f)
+		}
+	}
+	t.Adapter.MCP = &cfg
+	t.Adapter.VendorIdempotency = fa.IdempotencyArgument != ""
+	switch {
+	case t.Class == op.ClassExternalIdempotent && fa.IdempotencyArgument == "":
+		p.add("adapter.idempotency_argument", "an external_idempotent tool must pass our key to an upstream that deduplicates by it")
+	case (t.Class == op.ClassExternalIrreversible || t.Class == op.ClassExternalNonIdempotent) && fa.Verify == nil:
+		p.add("adapter.verify", "a %s tool needs a verify call so ambiguous outcomes can be reconciled", t.Class)
 	}
 }
 
@@ -724,6 +846,12 @@ func (p *problems) reconcile(t *Tool, ft *fileTool) {
 	r := ft.Reconcile
 	if r == nil {
 		return
+	}
+	if ft.Adapter != nil && ft.Adapter.Lookup == nil {
+		// The schedule spaces and bounds lookups; without a lookup the
+		// reconciler decides at once (sends again under the same key when
+		// the vendor deduplicates by it, else escalates) and reads none of it.
+		p.add("reconcile", "has no effect without adapter.lookup: the reconciler has nothing to ask the vendor, so it decides at once")
 	}
 	if r.MaxLookups != 0 {
 		if r.MaxLookups < 1 || r.MaxLookups > 1000 {

@@ -168,3 +168,10 @@ func (t *Tool) ArgType(name string) string {
 	typ, _ := s.Properties[name].Type.(string)
 	return typ
 }
+
+// KeyUsesEntityVersion reports whether the tool's key carries
+// {entity_version}: the same arguments after another action on the entity
+// are a new action (a set-back), not a repeat.
+func (t *Tool) KeyUsesEntityVersion() bool {
+	return t.key != nil && t.key.Uses(canon.EntityVersionField)
+}

@@ -393,6 +393,56 @@ tools:
 	}, problems(t, doc, registry.Options{}))
 }
 
+// Settings that nothing enforces are refused at load, each with a reason in
+// the registry's terms, so that an operator never believes a rule holds
+// that does not.
+//
+// Breaking it: dropping any of the checks in compile or guardProblems
+// loads the document; the tool would then run without the lease, approval
+// or guard its author wrote (a guard whose limit names no tool refuses
+// every call instead).
+func TestIneffectiveSettingsAreRefused(t *testing.T) {
+	t.Parallel()
+	doc := `version: 1
+tools:
+  pay:
+    side_effect_class: internal_write
+    version: 1
+    entity: {type: order, id: "{order_id}"}
+    key_template: "pay:{order_id}"
+    args_schema: {type: object, properties: {order_id: {type: string}, amount_cents: {type: integer}}}
+    adapter: {type: http, vendor: payments, path: /v1/pay}
+    lease: {ttl: 30s}
+    approval: {when: never, field: amount_cents, threshold: 5, approvals_required: 2, expires_after: 1h}
+    reconcile: {max_lookups: 3}
+  refund:
+    side_effect_class: internal_write
+    version: 1
+    entity: {type: charge, id: "{charge_id}"}
+    key_template: "refund:{charge_id}:{amount_cents}"
+    args_schema: {type: object, properties: {charge_id: {type: string}, amount_cents: {type: integer}, note: {type: string}}}
+    adapter: {type: http, vendor: payments, path: /v1/refund}
+    approval: {when: always, field: amount_cents, threshold: 5}
+    guards:
+      - {kind: total_at_most, field: amount_cents, limit: {tool: capture, field: amount_cents}}
+      - {kind: total_at_most, field: amount_cents, limit: {tool: pay, field: order_id}}
+      - {kind: total_at_most, field: amount_cents, limit: {tool: pay, field: missing}}
+`
+	require.Equal(t, []string{
+		"line 10: tool pay: lease.ttl: has no effect without lease.required: true: no lease is taken",
+		"line 11: tool pay: approval.approvals_required: has no effect with approval.when: never",
+		"line 11: tool pay: approval.expires_after: has no effect with approval.when: never",
+		"line 11: tool pay: approval.field: has no effect with approval.when: never",
+		"line 11: tool pay: approval.threshold: has no effect with approval.when: never",
+		"line 12: tool pay: reconcile: has no effect without adapter.lookup: the reconciler has nothing to ask the vendor, so it decides at once",
+		"line 20: tool refund: approval.field: has no effect with approval.when: always",
+		"line 20: tool refund: approval.threshold: has no effect with approval.when: always",
+		"line 22: tool refund: guards.0.limit.tool: names unregistered tool \"capture\"",
+		"line 23: tool refund: guards.1.limit.field: must name an integer argument of tool pay, \"order_id\" is not one",
+		"line 24: tool refund: guards.2.limit.field: must name an integer argument of tool pay, \"missing\" is not one",
+	}, problems(t, doc, registry.Options{}))
+}
+
 func TestRetryDefaults(t *testing.T) {
 	t.Parallel()
 	reg, err := registry.Load([]byte(tool+"    retry: {max_attempts: 3}\n"), vendors)

@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 
 	"github.com/opledger/opledger/pkg/adapter"
 	"github.com/opledger/opledger/pkg/adapter/httpadapter"
+	"github.com/opledger/opledger/pkg/adapter/mcpadapter"
 	"github.com/opledger/opledger/pkg/canon"
 	"github.com/opledger/opledger/pkg/op"
 )
@@ -71,6 +73,8 @@ type Tool struct {
 	Reconcile    ReconcileSchedule
 	Adapter      AdapterSpec
 	Compensation *Compensation
+	// catalog: loaded with Options.Catalog; its adapters are never built.
+	catalog bool
 }
 
 // RetryPolicy bounds retries of attempts confirmed not applied (429, connect
@@ -148,14 +152,34 @@ type DedupeWindow struct {
 
 // AdapterSpec selects and configures the adapter.
 type AdapterSpec struct {
-	// Type is "http", the generic HTTP adapter (the only one so far).
+	// Type is "http", the generic HTTP adapter, or "mcp", a tool of an
+	// upstream MCP server (MCP is then set).
 	Type string
 	// Vendor names the base URL the HTTP adapter's path is joined to.
 	Vendor string
 	HTTP   httpadapter.Config
+	// MCP configures an mcp adapter.
+	MCP *mcpadapter.Config
 	// VendorIdempotency says the vendor deduplicates by our key (so an
 	// ambiguous attempt may be re-sent under the same key).
 	VendorIdempotency bool
+}
+
+// HasLookup reports whether the vendor can be asked about an earlier call:
+// an HTTP lookup, or an MCP verify tool.
+func (s AdapterSpec) HasLookup() bool {
+	if s.Type == "mcp" {
+		return s.MCP != nil && s.MCP.Verify != nil
+	}
+	return s.HTTP.Lookup != nil
+}
+
+// Dependencies are what adapters need at run time.
+type Dependencies struct {
+	// HTTP carries the HTTP adapters' requests (nil: a default client).
+	HTTP *http.Client
+	// MCP holds the sessions to upstream MCP servers, for mcp adapters.
+	MCP *mcpadapter.Pool
 }
 
 // Compensation is the approved playbook for undoing an operation: another
@@ -166,28 +190,69 @@ type Compensation struct {
 	// operation: {field} of its top-level args, {external_object_id},
 	// {external_request_id}, {operation_id}.
 	Args map[string]string
+	// OnFailure runs the playbook by itself when an operation of the tool
+	// fails permanently after it may have reached the vendor (not when
+	// every attempt was refused before any effect: nothing was done). An
+	// operator's "give up" on an escalated operation runs it whatever this
+	// says.
+	OnFailure bool
 }
 
 // NewAdapter builds the tool's adapter over client (nil: a default client).
+// An mcp tool needs NewAdapterWith.
 func (t *Tool) NewAdapter(client *http.Client) (adapter.Adapter, error) {
-	a, err := httpadapter.New(t.Adapter.HTTP, client)
+	return t.NewAdapterWith(Dependencies{HTTP: client})
+}
+
+// NewAdapterWith builds the tool's adapter over d. Errors: a registry
+// loaded as a catalog, an mcp tool whose upstream d.MCP does not know.
+func (t *Tool) NewAdapterWith(d Dependencies) (adapter.Adapter, error) {
+	if t.catalog {
+		return nil, fmt.Errorf("tool %s: adapter: the registry was loaded as a catalog (no vendors): %w", t.Name, op.ErrInvalid)
+	}
+	var a adapter.Adapter
+	var err error
+	if t.Adapter.Type == "mcp" {
+		a, err = mcpadapter.New(*t.Adapter.MCP, d.MCP)
+	} else {
+		a, err = httpadapter.New(t.Adapter.HTTP, d.HTTP)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tool %s: adapter: %w", t.Name, err)
 	}
 	return a, nil
 }
 
-// Adapters builds every tool's adapter, keyed by tool name.
+// Adapters builds every tool's adapter, keyed by tool name. A registry
+// with mcp tools needs AdaptersWith.
 func (r *Registry) Adapters(client *http.Client) (map[string]adapter.Adapter, error) {
+	return r.AdaptersWith(Dependencies{HTTP: client})
+}
+
+// AdaptersWith builds every tool's adapter over d, keyed by tool name.
+func (r *Registry) AdaptersWith(d Dependencies) (map[string]adapter.Adapter, error) {
 	out := make(map[string]adapter.Adapter, len(r.tools))
 	for name, t := range r.tools {
-		a, err := t.NewAdapter(client)
+		a, err := t.NewAdapterWith(d)
 		if err != nil {
 			return nil, err
 		}
 		out[name] = a
 	}
 	return out, nil
+}
+
+// MCPServers lists the upstream MCP servers the registry's mcp tools name,
+// sorted.
+func (r *Registry) MCPServers() []string {
+	var out []string
+	for _, name := range r.names {
+		if m := r.tools[name].Adapter.MCP; m != nil && !slices.Contains(out, m.Server) {
+			out = append(out, m.Server)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Names returns the tool names in sorted order.
@@ -267,6 +332,10 @@ type Options struct {
 	// makes any such reference a problem. Resolved values never appear in a
 	// Problem.
 	Secret func(name string) (string, bool)
+	// Catalog loads the registry to list its tools and prepare proposals
+	// only (an MCP server's tool listing): vendor base URLs and secrets are
+	// not needed, nothing is read for them, and adapters cannot be built.
+	Catalog bool
 }
 
 // vendorURL returns the base URL of a vendor, or "".
@@ -417,6 +486,7 @@ func LoadSources(srcs []Source, opts Options) (*Registry, error) {
 			reg.webhooks[name] = w
 		}
 	}
+	probs = append(probs, guardProblems(tools)...)
 	if len(probs) > 0 {
 		sort.SliceStable(probs, func(i, j int) bool {
 			a, b := probs[i], probs[j]
@@ -474,6 +544,36 @@ func compensationProblems(tools map[string]sourceTool) []Problem {
 	return probs
 }
 
+// guardProblems checks the guards' limits across tools: a total_at_most
+// limit names a tool of the registry and one of its integer arguments, or
+// every call of the guarded tool would be refused.
+func guardProblems(tools map[string]sourceTool) []Problem {
+	var probs []Problem
+	for name, f := range tools {
+		if f.ft == nil {
+			continue
+		}
+		for i, g := range f.ft.Guards {
+			if g.Kind != GuardTotalAtMost || g.Limit == nil || g.Limit.Tool == "" || g.Limit.Field == "" {
+				continue // compile reports what is missing
+			}
+			field := fmt.Sprintf("guards.%d.limit", i)
+			target, ok := tools[g.Limit.Tool]
+			switch {
+			case !ok:
+				probs = append(probs, Problem{File: f.file, Line: fieldLine(f.node, field+".tool"), Tool: name, Field: field + ".tool",
+					Msg: fmt.Sprintf("names unregistered tool %q", g.Limit.Tool)})
+			case target.ft == nil || target.ft.ArgsSchema == nil:
+				// its own problem says why
+			case !schemaHasField(target.ft.ArgsSchema, g.Limit.Field, "integer"):
+				probs = append(probs, Problem{File: f.file, Line: fieldLine(f.node, field+".field"), Tool: name, Field: field + ".field",
+					Msg: fmt.Sprintf("must name an integer argument of tool %s, %q is not one", g.Limit.Tool, g.Limit.Field)})
+			}
+		}
+	}
+	return probs
+}
+
 // shadowed reports whether field is one of fields or inside one ("" is the
 // whole tool).
 func shadowed(field string, fields []string) bool {
@@ -494,6 +594,16 @@ func fieldLine(tn toolNode, field string) int {
 		return line
 	}
 	for _, seg := range strings.Split(field, ".") {
+		if n != nil && n.Kind == yaml.SequenceNode {
+			// guards.1.limit: an element of a list
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(n.Content) {
+				break
+			}
+			n = resolve(n.Content[i])
+			line = n.Line
+			continue
+		}
 		if n == nil || n.Kind != yaml.MappingNode {
 			break
 		}

@@ -136,6 +136,16 @@ func TestSchemaAndLoaderRefuseTheSame(t *testing.T) {
 		"adapter type":                        {"type: http", "type: grpc"},
 		"path without slash":                  {"path: /v1/pay\n", "path: v1/pay\n"},
 		"pure read with compensation":         {"external_irreversible", "pure_read\n    compensation: {tool: pay}"},
+		// Settings nothing would read are refused, not ignored.
+		"lease ttl without a lease":      {"lease: {required: true, ttl: 30s}", "lease: {ttl: 30s}"},
+		"lease ttl with required false":  {"lease: {required: true, ttl: 30s}", "lease: {required: false, ttl: 30s}"},
+		"approval field with never":      {"when: above, field: amount_cents, threshold: 100", "when: never, field: amount_cents"},
+		"approval threshold with never":  {"when: above, field: amount_cents, threshold: 100", "when: never, threshold: 100"},
+		"approvals required with never":  {"when: above, field: amount_cents, threshold: 100", "when: never, approvals_required: 2"},
+		"approval expiry with never":     {"when: above, field: amount_cents, threshold: 100", "when: never, expires_after: 1h"},
+		"approval threshold with always": {"when: above, field: amount_cents, threshold: 100", "when: always, threshold: 100"},
+		"approval field with always":     {"when: above, field: amount_cents, threshold: 100", "when: always, field: amount_cents"},
+		"reconcile without a lookup":     {"external_irreversible", "internal_write", "    approval: {when: above, field: amount_cents, threshold: 100}\n", "    reconcile: {max_lookups: 3}\n", "      lookup: {path: \"/v1/pay?key={idempotency_key}\", external_id_pointer: /id}\n", ""},
 	} {
 		doc := schemaBase
 		for i := 0; i < len(edit); i += 2 {
@@ -145,6 +155,24 @@ func TestSchemaAndLoaderRefuseTheSame(t *testing.T) {
 		require.Error(t, s.Validate(asJSON(t, []byte(doc))), "the schema must refuse: %s", name)
 		_, err := Load([]byte(doc), anyVendor)
 		require.Error(t, err, "the loader must refuse: %s", name)
+	}
+
+	// What each refusal above leaves out is accepted by both.
+	for name, edit := range map[string][]string{
+		"approval expiry and dual control with always": {"when: above, field: amount_cents, threshold: 100", "when: always, approvals_required: 2, expires_after: 1h"},
+		"a bare never":                    {"when: above, field: amount_cents, threshold: 100", "when: never"},
+		"no lease":                        {"lease: {required: true, ttl: 30s}", "lease: {required: false}"},
+		"reconcile with a lookup":         {"    timeout: 2s\n", "    timeout: 2s\n    reconcile: {max_lookups: 3, interval: 1s, deadline: 1m}\n"},
+		"a playbook that runs on its own": {"    timeout: 2s\n", "    timeout: 2s\n    compensation: {tool: pay, on_failure: true}\n"},
+	} {
+		doc := schemaBase
+		for i := 0; i < len(edit); i += 2 {
+			require.Contains(t, doc, edit[i], name)
+			doc = strings.Replace(doc, edit[i], edit[i+1], 1)
+		}
+		require.NoError(t, s.Validate(asJSON(t, []byte(doc))), "the schema must accept: %s", name)
+		_, err := Load([]byte(doc), anyVendor)
+		require.NoError(t, err, "the loader must accept: %s", name)
 	}
 }
 

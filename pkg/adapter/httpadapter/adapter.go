@@ -88,7 +88,7 @@ func vendorID(doc any, ptr []string) (string, bool) {
 // map through StatusOutcomes, and Result.Error is safe to log and store.
 func (a *Adapter) Call(ctx context.Context, req adapter.Request) adapter.Result {
 	start := time.Now()
-	res := a.call(ctx, req)
+	res := adapter.Redact(a.call(ctx, req), a.secrets)
 	res.Latency = time.Since(start)
 	return res
 }
@@ -311,6 +311,21 @@ func (a *Adapter) HasLookup() bool { return a.lookup != nil }
 // without Lookup returns ErrNoLookup. On an error the LookupResult carries
 // only HTTPStatus.
 func (a *Adapter) Lookup(ctx context.Context, req adapter.Request) (adapter.LookupResult, error) {
+	out, err := a.lookupOnce(ctx, req)
+	// The adapter's own credentials never come back out of a lookup: a
+	// record whose id holds one cannot be read, and no reason quotes one.
+	var le *LookupError
+	if errors.As(err, &le) {
+		le.Reason = adapter.RedactText(le.Reason, a.secrets)
+	}
+	if err == nil && adapter.HoldsSecret(out.ExternalObjectID, a.secrets) {
+		return adapter.LookupResult{HTTPStatus: out.HTTPStatus}, &LookupError{HTTPStatus: out.HTTPStatus, Category: adapter.CategoryCredentialEcho,
+			Reason: "found response has an object id that holds one of this tool's credentials"}
+	}
+	return out, err
+}
+
+func (a *Adapter) lookupOnce(ctx context.Context, req adapter.Request) (adapter.LookupResult, error) {
 	l := a.lookup
 	if l == nil {
 		return adapter.LookupResult{}, ErrNoLookup

@@ -193,6 +193,7 @@ type Adapter struct {
 	url              *urlTemplate
 	body             *bodyTemplate // nil: the canonical args as JSON
 	headers          http.Header
+	secrets          []string // the credential values sent, which no answer may carry back
 	idemHeader       string
 	refHeader        string
 	timeout          time.Duration
@@ -309,7 +310,7 @@ func New(cfg Config, client *http.Client) (*Adapter, error) {
 			return nil, &ConfigError{Field: h.field, Reason: "not a valid header name"}
 		}
 	}
-	if a.headers, err = resolveHeaders(cfg); err != nil {
+	if a.headers, a.secrets, err = resolveHeaders(cfg); err != nil {
 		return nil, err
 	}
 	if a.timeout < 0 {
@@ -445,7 +446,9 @@ var adapterHeaders = []string{"Content-Type", "Content-Length", "Host"}
 
 // resolveHeaders checks cfg's static and secret headers and expands the
 // ${NAME} references of the secret ones through cfg.Secret.
-func resolveHeaders(cfg Config) (http.Header, error) {
+// It also returns the credential values it sends (each secret, and each
+// secret header's whole value), which no vendor answer may carry back.
+func resolveHeaders(cfg Config) (http.Header, []string, error) {
 	out := http.Header{}
 	from := map[string]string{} // canonical name -> field that set it
 	reserved := map[string]string{}
@@ -481,34 +484,37 @@ func resolveHeaders(cfg Config) (http.Header, error) {
 		raw := cfg.Headers[name]
 		field := "Headers[" + strconv.Quote(name) + "]"
 		if strings.Contains(raw, "${") {
-			return nil, &ConfigError{Field: field, Reason: "a ${NAME} secret reference belongs in SecretHeaders"}
+			return nil, nil, &ConfigError{Field: field, Reason: "a ${NAME} secret reference belongs in SecretHeaders"}
 		}
 		if slices.Contains(credentialHeaders, http.CanonicalHeaderKey(name)) {
-			return nil, &ConfigError{Field: field, Reason: "carries credentials: put it in SecretHeaders with a ${NAME} reference"}
+			return nil, nil, &ConfigError{Field: field, Reason: "carries credentials: put it in SecretHeaders with a ${NAME} reference"}
 		}
 		if err := add(field, name, raw); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
+	var secrets []string
 	for _, name := range sortedKeys(cfg.SecretHeaders) {
 		field := "SecretHeaders[" + strconv.Quote(name) + "]"
-		v, err := expandSecrets(field, cfg.SecretHeaders[name], cfg.Secret)
+		v, vals, err := expandSecrets(field, cfg.SecretHeaders[name], cfg.Secret)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := add(field, name, v); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		secrets = append(append(secrets, v), vals...)
 	}
-	return out, nil
+	return out, secrets, nil
 }
 
 // expandSecrets replaces each ${NAME} in raw with secret(NAME). raw must
 // hold at least one reference. Errors name the field and the secret, never
 // a value.
-func expandSecrets(field, raw string, secret func(string) (string, bool)) (string, error) {
+func expandSecrets(field, raw string, secret func(string) (string, bool)) (string, []string, error) {
 	var b strings.Builder
 	rest, refs := raw, 0
+	var vals []string
 	for {
 		i := strings.Index(rest, "${")
 		if i < 0 {
@@ -518,11 +524,11 @@ func expandSecrets(field, raw string, secret func(string) (string, bool)) (strin
 		b.WriteString(rest[:i])
 		end := strings.IndexByte(rest[i:], '}')
 		if end < 0 {
-			return "", &ConfigError{Field: field, Reason: "unterminated ${ in value"}
+			return "", nil, &ConfigError{Field: field, Reason: "unterminated ${ in value"}
 		}
 		env := rest[i+2 : i+end]
 		if !validEnvName(env) {
-			return "", &ConfigError{Field: field, Reason: "invalid secret name in ${...}"}
+			return "", nil, &ConfigError{Field: field, Reason: "invalid secret name in ${...}"}
 		}
 		var val string
 		ok := false
@@ -530,16 +536,17 @@ func expandSecrets(field, raw string, secret func(string) (string, bool)) (strin
 			val, ok = secret(env)
 		}
 		if !ok || val == "" {
-			return "", &ConfigError{Field: field, Reason: "secret " + env + " is not set"}
+			return "", nil, &ConfigError{Field: field, Reason: "secret " + env + " is not set"}
 		}
 		b.WriteString(val)
+		vals = append(vals, val)
 		refs++
 		rest = rest[i+end+1:]
 	}
 	if refs == 0 {
-		return "", &ConfigError{Field: field, Reason: "references no secret: write it as ${NAME}, or make it a static header"}
+		return "", nil, &ConfigError{Field: field, Reason: "references no secret: write it as ${NAME}, or make it a static header"}
 	}
-	return b.String(), nil
+	return b.String(), vals, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

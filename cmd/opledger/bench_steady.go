@@ -1,0 +1,435 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/opledger/opledger/internal/benchkit"
+	"github.com/opledger/opledger/pkg/op"
+)
+
+// steadyReport is a -duration run: one entry per -interval, and whether the
+// last intervals look like the first.
+type steadyReport struct {
+	Rate            float64          `json:"rate"`
+	Arrivals        string           `json:"arrivals"`
+	Seconds         float64          `json:"seconds"`
+	IntervalSeconds float64          `json:"interval_seconds"`
+	Direct          benchkit.Dist    `json:"direct"`
+	Intervals       []steadyInterval `json:"intervals"`
+	// Lost arrivals had no answer drainTimeout after the last arrival;
+	// DrainAnswered were answered after it.
+	Lost          int           `json:"lost"`
+	DrainAnswered int           `json:"drain_answered"`
+	DrainSeconds  float64       `json:"drain_seconds"`
+	Failed        int           `json:"failed"`
+	Verdict       steadyVerdict `json:"verdict"`
+}
+
+type steadyInterval struct {
+	EndSeconds float64 `json:"end_seconds"`
+	// Completed intents in this interval, and their latency from due time
+	// to completed_success; overhead is that minus the direct call's.
+	Completed   int           `json:"completed"`
+	OpsPerSec   float64       `json:"ops_per_sec"`
+	E2E         benchkit.Dist `json:"e2e"`
+	OverheadP50 float64       `json:"overhead_p50_ms"`
+	OverheadP99 float64       `json:"overhead_p99_ms"`
+	// InFlight intents are published and not answered yet; OutboxUnsent
+	// rows wait for a relay; Unsettled operations of this run are in no
+	// final state.
+	InFlight int `json:"in_flight"`
+	// OldestUnansweredMs is the age, at the interval's end, of the oldest
+	// arrival without an answer: a lower bound on latencies still to come.
+	OldestUnansweredMs float64     `json:"oldest_unanswered_ms"`
+	OutboxUnsent       int64       `json:"outbox_unsent"`
+	Unsettled          int64       `json:"unsettled"`
+	HeapLiveBytes      int64       `json:"heap_live_bytes"`
+	RSSBytes           int64       `json:"rss_bytes"`
+	Goroutines         int         `json:"goroutines"`
+	Tables             []tableStat `json:"tables"`
+}
+
+// steadyVerdict compares the mean of the last third of the intervals with
+// the first third's (benchkit.Ratio); the answers after the last arrival
+// are not an interval.
+type steadyVerdict struct {
+	Flat     bool          `json:"flat"`
+	NotFlat  []string      `json:"not_flat,omitempty"`
+	P99      trend         `json:"overhead_p99_ms"`
+	HeapLive trend         `json:"heap_live_bytes"`
+	RSS      trend         `json:"rss_bytes"`
+	Backlog  trend         `json:"backlog"`
+	Tables   []tableTrends `json:"tables"`
+}
+
+type trend struct {
+	First float64 `json:"first"`
+	Last  float64 `json:"last"`
+	Ratio float64 `json:"ratio"`
+	Flat  bool    `json:"flat"`
+}
+
+type tableTrends struct {
+	Table string `json:"table"`
+	// Small tables (under flatSmallTable live rows) are compared by total size.
+	Small bool `json:"small"`
+	// BytesPerRow is total size over live rows (total size for a table
+	// of under 1000 rows); DeadShare is dead over all tuples (not judged
+	// for a small table).
+	BytesPerRow trend `json:"bytes_per_row"`
+	DeadShare   trend `json:"dead_share"`
+	Flat        bool  `json:"flat"`
+}
+
+// steady runs at -rate for -duration, reporting every -interval. The local
+// vendor forgets its charges at every interval (it keeps them in this
+// process's memory, which is watched here).
+func (b *bench) steady(ctx context.Context) error {
+	rate := b.rate(b.cfg.Rate)
+	s := &steadyReport{Rate: rate, Arrivals: string(b.cfg.Arrivals), Seconds: b.cfg.Duration.Seconds(), IntervalSeconds: b.cfg.Interval.Seconds()}
+	b.rep.Steady = s
+	directFor := min(b.cfg.LatencyDuration, b.cfg.Duration)
+	direct, _, err := b.directLoop(ctx, b.schedule("steady_direct", rate, directFor), "steady")
+	if err != nil {
+		return err
+	}
+	s.Direct = benchkit.Summarize(direct)
+	fmt.Fprintf(b.out, "steady: %.0f ops/s (%s arrivals) for %s, a report every %s; direct vendor call at that rate: p50 %s p99 %s\n",
+		rate, b.cfg.Arrivals, b.cfg.Duration, b.cfg.Interval, msStr(s.Direct.P50), msStr(s.Direct.P99))
+	outboxQuery, err := b.outboxUnsentQuery(ctx)
+	if err != nil {
+		return err
+	}
+
+	wf := b.wf("steady")
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a, err := b.watch(runCtx, wf)
+	if err != nil {
+		return err
+	}
+	// Every arrival waits for its answer however late it comes (a late
+	// answer counts, in the interval it arrives, with its whole latency);
+	// one still unanswered drainTimeout after the last arrival is lost.
+	var (
+		mu      sync.Mutex
+		lat     []time.Duration
+		pending = map[int]time.Time{}
+		pubErr  error
+	)
+	sched := benchkit.Schedule(b.cfg.Arrivals, rate, b.cfg.Duration, uint64(time.Now().UnixNano()))
+	loopDone := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := benchkit.OpenLoop(runCtx, sched, func(i int, due time.Time) {
+			in := benchIntent(wf, i)
+			key := answerKey(op.DecisionNew, in.EventID)
+			ch := a.expect(key)
+			mu.Lock()
+			pending[i] = due
+			mu.Unlock()
+			if err := b.cl.Publish(runCtx, in, ""); err != nil {
+				a.forget(key)
+				mu.Lock()
+				delete(pending, i)
+				if runCtx.Err() == nil {
+					pubErr = err
+				}
+				mu.Unlock()
+				return
+			}
+			select {
+			case ans := <-ch:
+				mu.Lock()
+				delete(pending, i)
+				if ans.status == string(op.StateCompletedSuccess) {
+					lat = append(lat, ans.at.Sub(due))
+				} else {
+					s.Failed++
+				}
+				mu.Unlock()
+			case <-runCtx.Done():
+				a.forget(key)
+			}
+		})
+		loopDone <- err
+	}()
+
+	end := start.Add(b.cfg.Duration)
+	prev := start
+	for prev.Before(end) {
+		next := minTime(prev.Add(b.cfg.Interval), end)
+		if end.Sub(next) < b.cfg.Interval/2 {
+			next = end // no stub interval at the end: the last one is longer
+		}
+		select {
+		case <-time.After(time.Until(next)):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		now := time.Now()
+		mu.Lock()
+		got := lat
+		lat = nil
+		inFlight := len(pending)
+		oldest := now
+		for _, due := range pending {
+			oldest = minTime(oldest, due)
+		}
+		err := pubErr
+		mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("bench: steady: publish: %w", err)
+		}
+		iv := steadyInterval{EndSeconds: now.Sub(start).Seconds(), Completed: len(got), OpsPerSec: float64(len(got)) / now.Sub(prev).Seconds(),
+			E2E: benchkit.Summarize(got), InFlight: inFlight, OldestUnansweredMs: msf(now.Sub(oldest)), Goroutines: runtime.NumGoroutine()}
+		prev = now
+		if iv.Completed > 0 {
+			iv.OverheadP50, iv.OverheadP99 = iv.E2E.P50-s.Direct.P50, iv.E2E.P99-s.Direct.P99
+		}
+		if err := b.db.QueryRow(ctx, outboxQuery).Scan(&iv.OutboxUnsent); err != nil {
+			return fmt.Errorf("bench: steady: outbox: %w", err)
+		}
+		// Only this run's operations that may still be unsettled: those
+		// created since the oldest arrival without an answer, or in this
+		// interval (a margin for clocks).
+		since := minTime(oldest, now.Add(-b.cfg.Interval)).Add(-5 * time.Second)
+		if err := b.db.QueryRow(ctx, benchTag+`SELECT count(*) FROM operations WHERE workflow_id = $1 AND created_at >= $2 AND state <> ALL($3)`,
+			wf, since, terminalStates()).Scan(&iv.Unsettled); err != nil {
+			return fmt.Errorf("bench: steady: unsettled: %w", err)
+		}
+		iv.HeapLiveBytes, iv.RSSBytes = memory()
+		if iv.Tables, err = b.tableStats(ctx, hotTables); err != nil {
+			return err
+		}
+		b.d.Vendors.Reset()
+		s.Intervals = append(s.Intervals, iv)
+		iv.print(b.out)
+	}
+
+	// After the last arrival: the answers still to come.
+	drainStart := time.Now()
+	for {
+		mu.Lock()
+		n := len(pending)
+		mu.Unlock()
+		if n == 0 || time.Since(drainStart) > drainTimeout {
+			break
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	mu.Lock()
+	s.Lost = len(pending)
+	s.DrainAnswered, s.DrainSeconds = len(lat), time.Since(drainStart).Seconds()
+	mu.Unlock()
+	cancel()
+	<-loopDone
+	fmt.Fprintf(b.out, "after the last arrival: %d more answered in %s, %d not within %s (lost)\n",
+		s.DrainAnswered, time.Since(drainStart).Round(time.Millisecond), s.Lost, drainTimeout)
+	s.Verdict = verdict(s)
+	s.Verdict.print(b.out, s)
+	return nil
+}
+
+// outboxUnsentQuery counts the outbox rows a relay is still to publish.
+// While the outbox marks rows sent (and parks refused ones) that is the
+// predicate of its partial index of unsent rows, so the count reads only
+// that index, not the hour of published rows retention keeps; once it
+// deletes rows instead, it is every row.
+func (iv *steadyInterval) print(w io.Writer) {
+	lat := "no answer in this interval"
+	if iv.Completed > 0 {
+		lat = fmt.Sprintf("overhead p50 %s p99 %s", msStr(iv.OverheadP50), msStr(iv.OverheadP99))
+	}
+	fmt.Fprintf(w, "[%8s] %6.0f ops/s (%d completed)  %s  in flight %d (oldest %s)  outbox unsent %d  unsettled %d  Go heap %s  RSS %s  goroutines %d\n",
+		time.Duration(iv.EndSeconds*float64(time.Second)).Round(time.Second), iv.OpsPerSec, iv.Completed, lat, iv.InFlight,
+		time.Duration(iv.OldestUnansweredMs*float64(time.Millisecond)).Round(time.Millisecond), iv.OutboxUnsent, iv.Unsettled,
+		bytesIEC(iv.HeapLiveBytes), bytesIEC(iv.RSSBytes), iv.Goroutines)
+	printTables(w, "           ", iv.Tables)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func (b *bench) outboxUnsentQuery(ctx context.Context) (string, error) {
+	var sent, parked bool
+	err := b.db.QueryRow(ctx, benchTag+`SELECT
+		EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'public.outbox'::regclass AND attname = 'sent_at' AND NOT attisdropped),
+		EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'public.outbox'::regclass AND attname = 'parked_at' AND NOT attisdropped)`).Scan(&sent, &parked)
+	if err != nil {
+		return "", fmt.Errorf("bench: outbox columns: %w", err)
+	}
+	switch {
+	case sent && parked:
+		return benchTag + `SELECT count(*) FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL`, nil
+	case sent:
+		return benchTag + `SELECT count(*) FROM outbox WHERE sent_at IS NULL`, nil
+	}
+	return benchTag + `SELECT count(*) FROM outbox`, nil
+}
+
+func terminalStates() []string {
+	var out []string
+	for _, s := range op.States {
+		if s.Terminal() {
+			out = append(out, string(s))
+		}
+	}
+	return out
+}
+
+// memory returns the live Go heap at the last GC and the process's resident
+// set (0 where /proc is not).
+func memory() (heapLive, rss int64) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() == metrics.KindUint64 {
+		heapLive = int64(sample[0].Value.Uint64())
+	}
+	if b, err := os.ReadFile("/proc/self/statm"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 1 {
+			if pages, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				rss = pages * int64(os.Getpagesize())
+			}
+		}
+	}
+	return heapLive, rss
+}
+
+// Flatness rules: a figure is flat when its last third's mean is within
+// these of its first third's (ratio, or an absolute slack for small
+// figures, whose ratios are noise).
+const (
+	flatP99Ratio     = 1.5
+	flatP99SlackMs   = 2.0
+	flatMemRatio     = 1.25
+	flatMemSlack     = 32 << 20
+	flatBytesRatio   = 1.25
+	flatSmallTable   = 1000    // rows: below, compare total size
+	flatSmallSlack   = 8 << 20 // bytes a small table may grow
+	flatDeadSlack    = 0.10    // dead share may grow by this
+	flatDeadCeiling  = 0.20    // and may always be up to this
+	flatBacklogRatio = 1.5
+	flatBacklogSlack = 0.25 // seconds of arrivals the backlog may grow by
+)
+
+func mkTrend(xs []float64, ratio, slack float64) trend {
+	first, last, r := benchkit.Ratio(xs)
+	if math.IsInf(r, 0) || math.IsNaN(r) {
+		r = -1 // JSON has no infinity
+	}
+	return trend{First: first, Last: last, Ratio: r, Flat: last <= first*ratio || last-first <= slack}
+}
+
+func verdict(s *steadyReport) steadyVerdict {
+	var p99, heap, rss, backlog []float64
+	for _, iv := range s.Intervals {
+		// An arrival still unanswered at the interval's end has waited at
+		// least its age: an interval whose answers stopped coming is not
+		// a fast one.
+		p99 = append(p99, math.Max(iv.OverheadP99, iv.OldestUnansweredMs))
+		heap = append(heap, float64(iv.HeapLiveBytes))
+		rss = append(rss, float64(iv.RSSBytes))
+		backlog = append(backlog, float64(iv.InFlight)+float64(iv.OutboxUnsent))
+	}
+	v := steadyVerdict{P99: mkTrend(p99, flatP99Ratio, flatP99SlackMs), HeapLive: mkTrend(heap, flatMemRatio, flatMemSlack),
+		RSS: mkTrend(rss, flatMemRatio, flatMemSlack), Backlog: mkTrend(backlog, flatBacklogRatio, s.Rate*flatBacklogSlack)}
+	for _, f := range []struct {
+		name string
+		ok   bool
+	}{{"p99", v.P99.Flat}, {"Go heap", v.HeapLive.Flat}, {"RSS", v.RSS.Flat}, {"backlog", v.Backlog.Flat}} {
+		if !f.ok {
+			v.NotFlat = append(v.NotFlat, f.name)
+		}
+	}
+	for _, table := range hotTables {
+		var perRow, dead []float64
+		small := true
+		for _, iv := range s.Intervals {
+			for _, t := range iv.Tables {
+				if t.Table != table {
+					continue
+				}
+				if t.LiveTuples >= flatSmallTable {
+					small = false
+				}
+				dead = append(dead, float64(t.DeadTuples)/math.Max(float64(t.LiveTuples+t.DeadTuples), 1))
+			}
+		}
+		if len(dead) == 0 {
+			continue
+		}
+		for _, iv := range s.Intervals {
+			for _, t := range iv.Tables {
+				if t.Table == table {
+					if small {
+						perRow = append(perRow, float64(t.TotalBytes))
+					} else {
+						perRow = append(perRow, float64(t.TotalBytes)/math.Max(float64(t.LiveTuples), 1))
+					}
+				}
+			}
+		}
+		tt := tableTrends{Table: table, Small: small, DeadShare: mkTrend(dead, 1, flatDeadSlack)}
+		if small {
+			tt.BytesPerRow = mkTrend(perRow, flatBytesRatio, flatSmallSlack)
+		} else {
+			tt.BytesPerRow = mkTrend(perRow, flatBytesRatio, 0)
+		}
+		// A small table's dead share says nothing (a few live rows, each
+		// deleted soon: entity leases); its size does.
+		tt.DeadShare.Flat = tt.DeadShare.Flat || tt.DeadShare.Last <= flatDeadCeiling || small
+		tt.Flat = tt.BytesPerRow.Flat && tt.DeadShare.Flat
+		if !tt.Flat {
+			v.NotFlat = append(v.NotFlat, table)
+		}
+		v.Tables = append(v.Tables, tt)
+	}
+	v.Flat = len(v.NotFlat) == 0
+	return v
+}
+
+func (v *steadyVerdict) print(w io.Writer, s *steadyReport) {
+	word := func(t trend) string {
+		if t.Flat {
+			return "flat"
+		}
+		return "GROWING"
+	}
+	fmt.Fprintf(w, "steady, last third of the intervals against the first (lost %d, failed %d):\n", s.Lost, s.Failed)
+	fmt.Fprintf(w, "  overhead p99 (or the oldest unanswered arrival's age, when greater) %s → %s: %s\n", msStr(v.P99.First), msStr(v.P99.Last), word(v.P99))
+	fmt.Fprintf(w, "  Go heap (live) %s → %s: %s; RSS %s → %s: %s\n", bytesIEC(int64(v.HeapLive.First)), bytesIEC(int64(v.HeapLive.Last)), word(v.HeapLive),
+		bytesIEC(int64(v.RSS.First)), bytesIEC(int64(v.RSS.Last)), word(v.RSS))
+	fmt.Fprintf(w, "  backlog (in flight + outbox unsent) %.0f → %.0f: %s\n", v.Backlog.First, v.Backlog.Last, word(v.Backlog))
+	for _, t := range v.Tables {
+		what := "size per live row"
+		if t.Small {
+			what = "size (small table)"
+		}
+		fmt.Fprintf(w, "  %-17s %s %s → %s: %s; dead tuples %.1f%% → %.1f%%: %s\n", t.Table, what,
+			bytesIEC(int64(t.BytesPerRow.First)), bytesIEC(int64(t.BytesPerRow.Last)), word(t.BytesPerRow), 100*t.DeadShare.First, 100*t.DeadShare.Last, word(t.DeadShare))
+	}
+	if v.Flat {
+		fmt.Fprintln(w, "steady: p99, memory, backlog and the hot tables stayed flat")
+	} else {
+		fmt.Fprintf(w, "steady: NOT flat: %s\n", strings.Join(v.NotFlat, ", "))
+	}
+}
