@@ -55,10 +55,6 @@ func TestHostileVendors(t *testing.T) {
 	sys.CheckOutbox(3)
 }
 
-// knownBugs runs the tests of known failures of the system, which are
-// skipped otherwise so that the suite stays green until they are fixed.
-const knownBugs = "OPLEDGER_KNOWN_BUGS"
-
 // TestSlowAndEventuallyConsistentVendors has the vendors apply a request
 // seconds after it arrived (latency: the effect does not exist, even for
 // lookups, until then, and the client has timed out after the tool's 2 s)

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/opledger/opledger/internal/app"
 	"io"
 	"time"
 
+	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/vendors"
 	"github.com/opledger/opledger/pkg/client"
 	"github.com/opledger/opledger/pkg/op"
@@ -94,8 +94,19 @@ func Demo(ctx context.Context, d *app.Stack, w io.Writer) error {
 		return err
 	}
 	say("02:13 The agent's queue redelivers the first tool call.")
-	if err := cl.Publish(ctx, wire.Intent{EventID: "conv_42:call_1", WorkflowID: wf, Tool: "capture_payment", Args: payment}, ""); err != nil {
+	// A redelivery is the same message again, byte for byte (actor
+	// included): the ledger answers it duplicate_event. Different bytes
+	// under the same event id would be a conflict.
+	if err := send("conv_42:call_1", "capture_payment", payment); err != nil {
 		return err
+	}
+	again, err := await("conv_42:call_1", func(r wire.Result) bool { return r.DedupeDecision != op.DecisionNew })
+	if err != nil {
+		return err
+	}
+	if again.DedupeDecision != op.DecisionDuplicateEvent || again.OperationID != first.OperationID {
+		return fmt.Errorf("demo: the redelivered tool call was answered %s (operation %s), not duplicate_event of %s",
+			again.DedupeDecision, again.OperationID, first.OperationID)
 	}
 	if first, err = await("", func(r wire.Result) bool {
 		return r.OperationID == first.OperationID && r.Status == string(op.StateCompletedSuccess)

@@ -42,6 +42,10 @@ func TestDemo(t *testing.T) {
 	var out strings.Builder
 	require.NoError(t, Demo(context.Background(), d, &out), out.String())
 	require.Contains(t, out.String(), "One charge, one email.")
+	redelivery := out.String()[strings.Index(out.String(), "redelivers the first tool call"):]
+	require.Regexp(t, `← conv_42:call_1 +capture_payment +status=\S+ +decision=duplicate_event`, redelivery,
+		"the redelivered call is the same message: answered duplicate_event, not conflict")
+	require.NotContains(t, out.String(), "decision=conflict")
 	require.Equal(t, 1, d.Vendors.Stats().Captures)
 	require.Equal(t, 1, d.Vendors.Stats().Requests[vendors.RouteCapture], "the retry never reached the vendor")
 }

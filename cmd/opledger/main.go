@@ -1,10 +1,12 @@
 // Command opledger runs opledger: the whole system in one process on embedded
 // defaults (dev), the 2:13 a.m. incident (demo), the end-to-end benchmark
-// (bench), the fault-injection evaluation (eval), migrations (migrate), the
-// local stand-in vendors (vendors), the operators' human loop (ops, a
-// client of the HTTP API, and token, which makes its tokens), and the MCP
-// server and proxy for agents (mcp).
-// The services also run one per process: see services/.
+// (bench), the fault-injection evaluation (eval), migrations (migrate), each
+// service's Postgres login user (db-users), the local stand-in vendors
+// (vendors), a healthcheck for containers (probe), the operators' human
+// loop (ops, a client of the HTTP API, and token, which makes its tokens),
+// and the MCP server and proxy for agents (mcp).
+// The services also run one per process: see services/ (and the hidden
+// "opledger service <name>", which eval -kill starts).
 package main
 
 import (

@@ -23,6 +23,7 @@ import (
 	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/pkg/op"
+	"github.com/opledger/opledger/pkg/wire"
 )
 
 const opsUsage = `usage: opledger ops <command> [flags] [ID]
@@ -192,13 +193,15 @@ func (c *opsCmd) do(ctx context.Context, method, path string, body, out any) ([]
 	}
 	if resp.StatusCode != http.StatusOK {
 		var eb api.ErrorBody
-		if json.Unmarshal(data, &eb) != nil || eb.Error.Code == "" {
+		if wire.ReadJSON(data, &eb) != nil || eb.Error.Code == "" {
 			return nil, &apiError{status: resp.StatusCode, code: "http", message: "the API answered " + resp.Status}
 		}
 		return nil, &apiError{status: resp.StatusCode, code: clean(eb.Error.Code), message: clean(eb.Error.Message)}
 	}
 	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
+		// Read as the API reads what it is sent: exact field names, none
+		// twice, UTF-8; fields a newer API added are ignored.
+		if err := wire.ReadJSON(data, out); err != nil {
 			return nil, fmt.Errorf("the API's answer is not what this CLI expects: %w", err)
 		}
 	}
@@ -535,7 +538,7 @@ func printDetail(w io.Writer, d *ops.Detail) {
 	fmt.Fprintln(tw, "TIME\tEVENT\tFROM → TO\tACTOR\tREASON")
 	for _, e := range d.Events {
 		var detail map[string]string
-		_ = json.Unmarshal(e.Detail, &detail)
+		_ = wire.ReadJSON(e.Detail, &detail)
 		why := detail["reason"]
 		if why == "" {
 			why = detail["why"]

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -231,4 +233,31 @@ func TestOpsCLI(t *testing.T) {
 func TestCleanForTerminal(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "a?[31mb?c?d é😀", clean("a\x1b[31mb\u202ec\u009bd é😀"))
+}
+
+// The CLI reads the API's answers one way: a status given twice, or in
+// another case, is refused rather than the last or the case-folded one
+// printed (an operator would act on what a proxy in front did not see).
+func TestOpsReadsAnswersOneWay(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		`{"operations":[{"operation_id":"op_1","tool":"t","status":"failed_permanent","status":"completed_success"}]}`: `field "operations[0].status" appears twice`,
+		`{"operations":[{"operation_id":"op_1","tool":"t","STATUS":"completed_success"}]}`:                             `unknown field "operations[0].STATUS"`,
+		`{"operations":[{"operation_id":"op_1","tool":"t","status":"completed_success","new_field":1}]}`:               "",
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(body))
+		}))
+		c := cli{t: t, env: map[string]string{"OPLEDGER_API_URL": srv.URL, "OPLEDGER_API_TOKEN": "opl_x"}}
+		code, out, errOut := c.run("", "ops", "list")
+		srv.Close()
+		if want == "" {
+			require.Equal(t, 0, code, errOut)
+			require.Contains(t, out, "op_1", "a field added by a newer API is ignored")
+			continue
+		}
+		require.Equal(t, 1, code, out)
+		require.Contains(t, errOut, want)
+	}
 }

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -42,25 +43,26 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Args[1:], os.Getenv, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	eventID := flag.String("event-id", fmt.Sprintf("conv_example:call_%d", time.Now().UnixNano()),
+func run(argv []string, getenv func(string) string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("client", flag.ExitOnError)
+	eventID := fs.String("event-id", fmt.Sprintf("conv_example:call_%d", time.Now().UnixNano()),
 		"the intent's event id (reuse it to resend the same call)")
-	workflow := flag.String("workflow", "wf_example", "workflow id; results go to opledger.results.<workflow>")
-	order := flag.String("order", "order_123", "order to capture the payment for")
-	amount := flag.Int("amount", 4900, "amount in cents")
-	timeout := flag.Duration("timeout", 30*time.Second, "how long to wait for the final result")
-	tenant := flag.String("tenant", "", "tenant to act for (default: the default tenant)")
-	user := flag.String("nats-user", "", "NATS user (a tenant's agent)")
-	pwFile := flag.String("nats-password-file", "", "file holding the NATS user's password")
-	flag.Parse()
+	workflow := fs.String("workflow", "wf_example", "workflow id; results go to opledger.results.<workflow>")
+	order := fs.String("order", "order_123", "order to capture the payment for")
+	amount := fs.Int("amount", 4900, "amount in cents")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the final result")
+	tenant := fs.String("tenant", "", "tenant to act for (default: the default tenant)")
+	user := fs.String("nats-user", "", "NATS user (a tenant's agent)")
+	pwFile := fs.String("nats-password-file", "", "file holding the NATS user's password")
+	_ = fs.Parse(argv) // ExitOnError: a bad flag exits 2, -h exits 0
 
-	url := os.Getenv("NATS_URL")
+	url := getenv("NATS_URL")
 	if url == "" {
 		url = "nats://127.0.0.1:4222"
 	}
@@ -101,9 +103,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("answer to %s: %s, operation %q, status %s\n", ans.EventID, ans.Decision(), ans.OperationID, ans.Status)
+	fmt.Fprintf(stdout, "answer to %s: %s, operation %q, status %s\n", ans.EventID, ans.Decision(), ans.OperationID, ans.Status)
 	if ans.Decision() == op.DecisionConflict || ans.Decision() == op.DecisionRejected {
-		fmt.Printf("refused: %s\n", ans.Reason)
+		fmt.Fprintf(stdout, "refused: %s\n", ans.Reason)
 		return nil
 	}
 
@@ -111,7 +113,7 @@ func run() error {
 	// ledger drops the resend, and the wait follows the same operation.
 	res, err := cl.SubmitAndWait(ctx, in)
 	if errors.Is(err, context.DeadlineExceeded) {
-		fmt.Printf("still %s after %s; opledger keeps working on it\n", res.Status, *timeout)
+		fmt.Fprintf(stdout, "still %s after %s; opledger keeps working on it\n", res.Status, *timeout)
 		return nil
 	}
 	if err != nil {
@@ -119,9 +121,9 @@ func run() error {
 	}
 	switch {
 	case res.Status.NeedsPerson():
-		fmt.Printf("waiting on a person: %s (%s)\n", res.Status, res.SafeUserMessage)
+		fmt.Fprintf(stdout, "waiting on a person: %s (%s)\n", res.Status, res.SafeUserMessage)
 	default:
-		fmt.Printf("final: %s, version %d, vendor object %q: %s\n", res.Status, res.Version, res.ExternalObjectID, res.SafeUserMessage)
+		fmt.Fprintf(stdout, "final: %s, version %d, vendor object %q: %s\n", res.Status, res.Version, res.ExternalObjectID, res.SafeUserMessage)
 	}
 	return nil
 }

@@ -63,6 +63,25 @@ func TestPlannerIngestServesTheAPI(t *testing.T) {
 			done <- app.RunService(ctx, cfg)
 		}()
 		t.Cleanup(func() { cancel(); <-stopped })
+		// The HTTP address answers from the first moment (503 while the
+		// service starts): wait until it is ready, or has given up.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			select {
+			case <-stopped:
+				return "http://" + addr, done
+			default:
+			}
+			resp, err := http.Get("http://" + addr + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			require.True(t, time.Now().Before(deadline), "%s never became ready", service)
+			time.Sleep(50 * time.Millisecond)
+		}
 		return "http://" + addr, done
 	}
 	get := func(base, path, token string) (int, string) {

@@ -13,7 +13,12 @@
 //   - webhooks.go: the webhook providers' signing secrets, read at the
 //     program's edge (and made afresh for a stack's stand-in vendors);
 //   - service.go: a service binary's configuration (flags and environment,
-//     read at the program's edge) and its run loop.
+//     read at the program's edge) and its run loop;
+//   - boot.go: what a service binary's HTTP endpoints say while it starts
+//     (readiness before the services run) and its bounded stop;
+//   - natsflags.go: the NATS credential and TLS flags every binary takes;
+//   - dbusers.go: each service's Postgres login user in exactly its roles
+//     (opledger db-users).
 //
 // cmd/opledger and the binaries under services/ are thin mains over it.
 package app

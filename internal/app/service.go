@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/opledger/opledger/internal/api"
 	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/failpoint"
 	"github.com/opledger/opledger/internal/maintain"
 	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/telemetry"
@@ -69,6 +71,10 @@ type ServiceConfig struct {
 
 	// NATSAuth holds the NATS credentials and TLS settings (NATSAuthFlags).
 	NATSAuth bus.Auth
+
+	// Failpoints arms crash-test kill points (failpoint.Arm; the value of
+	// OPLEDGER_FAILPOINTS). Empty in production.
+	Failpoints string
 }
 
 // ParseServiceFlags reads a service binary's configuration from its command
@@ -103,7 +109,11 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 		return nil
 	})
 	fs.StringVar(&cfg.Instance, "instance", env("OPLEDGER_INSTANCE", defaultInstance()), "instance name in logs and attempt rows (default: host name and process id) [OPLEDGER_INSTANCE]")
-	fs.IntVar(&cfg.Instances, "instances", 1, "dispatcher instances in this process (dispatcher only)")
+	// Each binary shows and takes only its own flags.
+	cfg.Instances = 1
+	if name == Dispatcher {
+		fs.IntVar(&cfg.Instances, "instances", 1, "dispatcher instances in this process, each with its own NATS connection")
+	}
 	fs.IntVar(&cfg.Relays, "relays", 1, "outbox relays in this process")
 	fs.BoolVar(&cfg.Migrate, "migrate", false, "apply schema migrations before starting (needs the migrator's DATABASE_URL, not a service's login user)")
 	fs.BoolVar(&cfg.SetRoles, "set-roles", env("OPLEDGER_SET_ROLES", "") == "true",
@@ -111,17 +121,19 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	fs.StringVar(&cfg.LogLevel, "log", env("OPLEDGER_LOG", "info"), "log level: trace, debug, info, warn, error, disabled [OPLEDGER_LOG]")
 	fs.StringVar(&cfg.LogFormat, "log-format", env("OPLEDGER_LOG_FORMAT", LogAuto), "log format: json, console, or auto (console on a terminal) [OPLEDGER_LOG_FORMAT]")
 	fs.StringVar(&cfg.HTTPAddr, "http", env("OPLEDGER_HTTP_ADDR", "127.0.0.1:0"), "address of /metrics, /healthz and /readyz; port 0 picks a free one, logged at start [OPLEDGER_HTTP_ADDR]")
-	fs.StringVar(&cfg.APITokens, "api-tokens", env("OPLEDGER_API_TOKENS", ""), "tokens file of the operators' API, which planner-ingest serves on -http; unset, the API answers 503 [OPLEDGER_API_TOKENS]")
 	cfg.WebhookSecretFiles = map[string]string{}
-	fs.Func("webhook-secrets-file", "PROVIDER=FILE: the signing secrets of a webhook provider, separated by white space (planner-ingest only; repeatable) "+
-		"[OPLEDGER_WEBHOOK_SECRETS_<PROVIDER>_FILE, or the secrets themselves in OPLEDGER_WEBHOOK_SECRETS_<PROVIDER>]", func(s string) error {
-		p, file, ok := strings.Cut(s, "=")
-		if !ok || p == "" || file == "" {
-			return fmt.Errorf("want PROVIDER=FILE, got %q", s)
-		}
-		cfg.WebhookSecretFiles[p] = file
-		return nil
-	})
+	if name == PlannerIngest {
+		fs.StringVar(&cfg.APITokens, "api-tokens", env("OPLEDGER_API_TOKENS", ""), "tokens file of the operators' API, served on -http; unset, the API answers 503 [OPLEDGER_API_TOKENS]")
+		fs.Func("webhook-secrets-file", "PROVIDER=FILE: the signing secrets of a webhook provider, separated by white space (repeatable) "+
+			"[OPLEDGER_WEBHOOK_SECRETS_<PROVIDER>_FILE, or the secrets themselves in OPLEDGER_WEBHOOK_SECRETS_<PROVIDER>]", func(s string) error {
+			p, file, ok := strings.Cut(s, "=")
+			if !ok || p == "" || file == "" {
+				return fmt.Errorf("want PROVIDER=FILE, got %q", s)
+			}
+			cfg.WebhookSecretFiles[p] = file
+			return nil
+		})
+	}
 	connectTimeout := time.Minute
 	if v := env("OPLEDGER_CONNECT_TIMEOUT", ""); v != "" {
 		var err error
@@ -134,14 +146,17 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 		name, env, usage string
 		to               *time.Duration
 	}{
-		{"ack-wait", "OPLEDGER_ACK_WAIT", "how long JetStream leaves a command with this process while nothing reports on it (0: the service's default, 10s for dispatcher and reconciler, 30s otherwise)", &cfg.Consumer.AckWait},
+		{"ack-wait", "OPLEDGER_ACK_WAIT", "how long JetStream leaves a command with this process while nothing reports on it (0: " + defaultAckWait(name) + ")", &cfg.Consumer.AckWait},
 		{"heartbeat", "OPLEDGER_HEARTBEAT", "how often a command still being handled is reported in progress (0: a third of the ack wait)", &cfg.Consumer.Heartbeat},
 		{"nak-delay", "OPLEDGER_NAK_DELAY", "how long a command given back while Postgres is unreachable waits before redelivery (0: 1s)", &cfg.Consumer.NakDelay},
 		{"statement-timeout", "OPLEDGER_STATEMENT_TIMEOUT", "bound on each Postgres statement without a deadline of its own (0: 10s)", &cfg.StatementTimeout},
-		{"outbox-retention", "OPLEDGER_OUTBOX_RETENTION", "reconciler (maintenance leader): how long published outbox rows are kept (0: 1h)", &cfg.OutboxRetention},
-		{"rejected-retention", "OPLEDGER_REJECTED_RETENTION", "reconciler (maintenance leader): how long the inbox rows of rejected intents are kept; their event ids are judged again as new after it (0: 168h)", &cfg.RejectedRetention},
+		{"outbox-retention", "OPLEDGER_OUTBOX_RETENTION", "the maintenance leader's: how long published outbox rows are kept (0: 1h)", &cfg.OutboxRetention},
+		{"rejected-retention", "OPLEDGER_REJECTED_RETENTION", "the maintenance leader's: how long the inbox rows of rejected intents are kept; their event ids are judged again as new after it (0: 168h)", &cfg.RejectedRetention},
 	}
 	for _, d := range durations {
+		if strings.HasSuffix(d.name, "-retention") && name != Reconciler {
+			continue // the maintenance leader's, which only reconcilers campaign for
+		}
 		def := time.Duration(0)
 		if v := env(d.env, ""); v != "" {
 			var err error
@@ -173,7 +188,16 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	}
 	cfg.NATSAuth = *natsAuth
 	cfg.Registry = RegistryConfig{Paths: registries, LookupEnv: lookupEnv}
+	cfg.Failpoints = env(failpoint.EnvVar, "")
 	return cfg, nil
+}
+
+// defaultAckWait is the AckWait of a service's consumer when none is set.
+func defaultAckWait(service string) string {
+	if service == Dispatcher || service == Reconciler {
+		return "10s"
+	}
+	return "30s"
 }
 
 // RunService runs one service until ctx ends: it waits for Postgres and NATS
@@ -196,6 +220,9 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 		return err
 	}
 	log := base.With().Str("service", cfg.Name).Str("instance", cfg.Instance).Logger()
+	if err := failpoint.Arm(cfg.Failpoints); err != nil {
+		return err
+	}
 	reg, err := LoadRegistry(cfg.Registry)
 	if err != nil {
 		return err
@@ -220,16 +247,27 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 			return err
 		}
 	}
-	if err := waitForDependencies(ctx, cfg, log); err != nil {
+	// /healthz, /metrics and /readyz answer from the first moment: while
+	// start-up waits, /readyz says for what.
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bt := newBoot()
+	h, err := ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: bt.ready,
+		Routes: func(mux *http.ServeMux) { mux.Handle("/", bt) }})
+	if err != nil {
 		return err
 	}
+	defer h.Close()
+	log.Info().Str("http", h.URL()).Msg("serving /healthz, /readyz and /metrics; waiting for postgres and nats")
+	if err := waitForDependencies(ctx, cfg, log, bt); err != nil {
+		return err
+	}
+	bt.set(checkStart, false, "starting")
 	if cfg.Migrate {
 		if err := Migrate(ctx, cfg.DatabaseURL, log); err != nil {
 			return err
 		}
 	}
-	promReg := prometheus.NewRegistry()
-	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s, err := StartServices(ctx, ServicesConfig{
 		DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
 		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays, SetRoles: cfg.SetRoles,
@@ -240,31 +278,27 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	if err != nil {
 		return err
 	}
-	defer s.Stop()
-	// Every service hands out the API's document; planner-ingest serves
-	// the API itself.
-	hc := HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: s.Ready, Routes: api.MountDocument}
+	defer stopServices(s, log)
+	routes := http.NewServeMux()
 	if cfg.Name == PlannerIngest {
 		a, err := api.New(api.Config{Ops: ops.New(s.StoreFor(PartAPI), reg), Tokens: tokens, Registerer: promReg, Log: log})
 		if err != nil {
 			return err
 		}
-		hc.Routes = func(mux *http.ServeMux) {
-			a.Mount(mux)
-			s.Webhooks.Mount(mux)
-		}
+		a.Mount(routes)
+		s.Webhooks.Mount(routes)
 		if tokens == nil {
 			log.Warn().Msg("no API tokens configured (OPLEDGER_API_TOKENS): the operators' API answers 503")
 		}
 		for _, p := range s.Webhooks.Unconfigured() {
 			log.Warn().Str("provider", p).Str("env", WebhookSecretsEnv(p)).Msg("no signing secret for this webhook provider: its deliveries are refused (503 no_secret)")
 		}
+	} else {
+		// Every service hands out the API's document; planner-ingest
+		// serves the API itself.
+		api.MountDocument(routes)
 	}
-	h, err := ServeHTTP(hc)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
+	bt.started(s, routes)
 	log.Info().Str("http", h.URL()).Strs("tools", reg.Names()).Msg("started")
 	<-ctx.Done()
 	log.Info().Msg("stopping")
@@ -274,37 +308,73 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 // waitForDependencies retries connecting to Postgres and NATS with backoff
 // until both answer or cfg.ConnectTimeout passes, then checks the schema:
 // a database without opledger's schema is refused (unless cfg.Migrate), so
-// that a service never runs against tables that are not there.
-func waitForDependencies(ctx context.Context, cfg ServiceConfig, log zerolog.Logger) error {
+// that a service never runs against tables that are not there. Each try's
+// verdict goes to bt, for /readyz; the error after the last try names what
+// each unreachable dependency last answered.
+func waitForDependencies(ctx context.Context, cfg ServiceConfig, log zerolog.Logger, bt *boot) error {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, 0
 	try := 0
+	var failing []string        // the dependencies the last try did not reach
+	said := map[string]string{} // what each last answered before the time ran out
+	fail := func(dep, msg string) {
+		failing = append(failing, dep)
+		if ctx.Err() == nil || said[dep] == "" {
+			said[dep] = msg
+		}
+	}
 	op := func() error {
 		try++
+		failing = failing[:0]
 		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
 		defer tcancel()
-		conn, err := pgx.Connect(tctx, cfg.DatabaseURL)
-		if err != nil {
-			log.Warn().Int("try", try).Str("dependency", "postgres").Str("error", redactErr(err, cfg.DatabaseURL)).Msg("waiting for dependency")
-			return err
+		var serr error
+		conn, perr := pgx.Connect(tctx, cfg.DatabaseURL)
+		if perr != nil {
+			msg := redactErr(perr, cfg.DatabaseURL)
+			log.Warn().Int("try", try).Str("dependency", "postgres").Str("error", msg).Msg("waiting for dependency")
+			bt.set(checkPostgres, false, fmt.Sprintf("waiting: %s (try %d)", msg, try))
+			fail("postgres", msg)
+		} else {
+			_, serr = schema.Pending(tctx, conn)
+			conn.Close(context.WithoutCancel(ctx))
+			bt.set(checkPostgres, true, "")
+			switch {
+			case serr == nil:
+				bt.set(checkSchema, true, "")
+			case cfg.Migrate:
+				bt.set(checkSchema, false, "migrating: "+serr.Error())
+			default:
+				bt.set(checkSchema, false, serr.Error())
+				// A schema that is behind does not catch up by waiting.
+				return backoff.Permanent(fmt.Errorf("postgres: %w", serr))
+			}
 		}
-		_, serr := schema.Pending(tctx, conn)
-		conn.Close(context.WithoutCancel(ctx))
 		aopts, err := cfg.NATSAuth.Options()
 		if err != nil {
 			return backoff.Permanent(err) // a missing secret file does not appear by waiting
 		}
-		nc, err := nats.Connect(cfg.NATSURL, append([]nats.Option{nats.Name(cfg.Instance + "/probe"), nats.Timeout(5 * time.Second)}, aopts...)...)
-		if err != nil {
+		dialer := &lastDialError{d: net.Dialer{Timeout: 5 * time.Second}}
+		nc, nerr := nats.Connect(cfg.NATSURL, append([]nats.Option{nats.Name(cfg.Instance + "/probe"), nats.Timeout(5 * time.Second), nats.SetCustomDialer(dialer)}, aopts...)...)
+		if nerr != nil {
+			if errors.Is(nerr, nats.ErrNoServers) && dialer.err != nil {
+				// "no servers available" hides why: say what the dial said.
+				nerr = fmt.Errorf("%w: %w", nerr, dialer.err)
+			}
+			msg := redactErr(nerr, cfg.NATSURL)
 			log.Warn().Int("try", try).Str("dependency", "nats").Str("nats_url", bus.RedactURL(cfg.NATSURL)).
-				Str("nats_credential", cfg.NATSAuth.Kind()).Str("error", redactErr(err, cfg.NATSURL)).Msg("waiting for dependency")
-			return err
+				Str("nats_credential", cfg.NATSAuth.Kind()).Str("error", msg).Msg("waiting for dependency")
+			bt.set(checkNATS, false, fmt.Sprintf("waiting: %s (try %d)", msg, try))
+			fail("nats", msg)
+		} else {
+			nc.Close()
+			bt.set(checkNATS, true, "")
 		}
-		nc.Close()
-		if serr != nil && !cfg.Migrate {
-			return backoff.Permanent(serr)
+		if len(failing) > 0 {
+			return fmt.Errorf("%s not reachable", strings.Join(failing, " and "))
 		}
 		return nil
 	}
@@ -314,9 +384,33 @@ func waitForDependencies(ctx context.Context, cfg ServiceConfig, log zerolog.Log
 		return perm.Err
 	}
 	if err != nil {
-		return fmt.Errorf("postgres or nats not reachable within %s (try %d): %w", cfg.ConnectTimeout, try, ctxOr(ctx, err))
+		if parent.Err() != nil {
+			return parent.Err() // told to stop while waiting
+		}
+		why := make([]string, 0, len(failing))
+		for _, dep := range failing {
+			why = append(why, dep+": "+said[dep])
+		}
+		if len(why) == 0 { // the time ran out before a try could say
+			why = append(why, ctxOr(ctx, err).Error())
+		}
+		return fmt.Errorf("not reachable within %s (try %d): %s", cfg.ConnectTimeout, try, strings.Join(why, "; "))
 	}
 	return nil
+}
+
+// lastDialError is a NATS dialer that keeps the last dial's error.
+type lastDialError struct {
+	d   net.Dialer
+	err error
+}
+
+func (l *lastDialError) Dial(network, address string) (net.Conn, error) {
+	c, err := l.d.Dial(network, address)
+	if err != nil {
+		l.err = err
+	}
+	return c, err
 }
 
 func ctxOr(ctx context.Context, err error) error {

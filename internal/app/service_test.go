@@ -45,7 +45,9 @@ func env(vars map[string]string) func(string) (string, bool) {
 }
 
 // A service refuses a database without opledger's schema and says what to
-// do, instead of starting and failing on every statement.
+// do, instead of starting and failing on every statement. It says so at
+// once, even while NATS is not reachable yet: a schema that is behind does
+// not catch up by waiting.
 func TestServiceRefusesAnUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
 	url := testdb.New(t)
@@ -54,17 +56,114 @@ func TestServiceRefusesAnUnmigratedDatabase(t *testing.T) {
 	_, err = conn.Exec(context.Background(), `DROP TABLE schema_migrations`)
 	require.NoError(t, err)
 	conn.Close(context.Background())
-	ns, err := natsembed.Start(natsembed.Options{})
-	require.NoError(t, err)
-	t.Cleanup(ns.Shutdown)
 	cfg, err := app.ParseServiceFlags(app.PlannerIngest, []string{"-log", "disabled"},
-		env(map[string]string{"DATABASE_URL": url, "NATS_URL": ns.URL()}), io.Discard)
+		env(map[string]string{"DATABASE_URL": url, "NATS_URL": fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))}), io.Discard)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err = app.RunService(ctx, cfg)
 	require.Error(t, err)
+	require.NoError(t, ctx.Err(), "refused at once, not after waiting for NATS")
+	require.Contains(t, err.Error(), "postgres: no opledger schema")
 	require.Contains(t, err.Error(), "opledger migrate")
+}
+
+// /healthz, /metrics and /readyz answer from a service's first moment.
+// While start-up waits for its dependencies, /readyz is 503 and says what
+// each answered on the last try, the service's routes (the operators' API)
+// answer 503 "starting", and when the wait runs out the error names the
+// real cause, not just the deadline.
+//
+// Breaking it: serving HTTP only after the wait (as before) refuses the
+// connection; an error made of the backoff's own error says "context
+// deadline exceeded".
+func TestServiceAnswersWhileWaitingForDependencies(t *testing.T) {
+	t.Parallel()
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg, err := app.ParseServiceFlags(app.PlannerIngest, []string{"-log", "disabled", "-http", httpAddr, "-connect-timeout", "4s"},
+		env(map[string]string{
+			"DATABASE_URL": fmt.Sprintf("postgres://opledger:secret@127.0.0.1:%d/opledger?sslmode=disable", freePort(t)),
+			"NATS_URL":     fmt.Sprintf("nats://127.0.0.1:%d", freePort(t)),
+		}), io.Discard)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- app.RunService(context.Background(), cfg) }()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + httpAddr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	type readiness struct {
+		Ready  bool        `json:"ready"`
+		Checks []app.Check `json:"checks"`
+	}
+	var r readiness
+	require.Eventually(t, func() bool {
+		code, body := get("/readyz")
+		r = readiness{}
+		if code != http.StatusServiceUnavailable || json.Unmarshal([]byte(body), &r) != nil {
+			return false
+		}
+		for _, c := range r.Checks {
+			if (c.Name == "postgres" || c.Name == "nats") && !strings.Contains(c.Detail, "(try ") {
+				return false
+			}
+		}
+		return true
+	}, 3*time.Second, 20*time.Millisecond, "/readyz answers 503 with each dependency's last try")
+	require.False(t, r.Ready)
+	for _, c := range r.Checks {
+		require.False(t, c.OK, "%+v", c)
+		switch c.Name {
+		case "postgres", "nats":
+			require.Regexp(t, `^waiting: .*connection refused \(try \d+\)$`, c.Detail)
+			require.NotContains(t, c.Detail, "secret", "no password in the reason")
+		}
+	}
+	code, _ := get("/healthz")
+	require.Equal(t, http.StatusOK, code)
+	code, body := get("/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "go_goroutines")
+	code, body = get("/v1/operations")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, `"code": "unavailable"`)
+	require.Contains(t, body, "starting: postgres: waiting:")
+
+	err = <-done
+	require.Error(t, err)
+	require.Regexp(t, `^not reachable within 4s \(try \d+\): postgres: .*connection refused; nats: .*connection refused$`, err.Error())
+	require.NotContains(t, err.Error(), "secret")
+}
+
+// Each service binary shows and takes only its own flags: -instances is the
+// dispatcher's, -api-tokens and -webhook-secrets-file planner-ingest's, the retention periods the
+// reconciler's (its process campaigns for the maintenance leadership).
+func TestServiceFlagsAreEachBinarysOwn(t *testing.T) {
+	t.Parallel()
+	own := map[string][]string{app.Dispatcher: {"-instances"}, app.PlannerIngest: {"-api-tokens", "-webhook-secrets-file"},
+		app.Reconciler: {"-outbox-retention", "-rejected-retention"}}
+	for _, name := range app.AllServices {
+		var usage strings.Builder
+		_, err := app.ParseServiceFlags(name, []string{"-h"}, env(nil), &usage)
+		require.ErrorIs(t, err, flag.ErrHelp)
+		for _, other := range app.AllServices {
+			for _, f := range own[other] {
+				if other == name {
+					require.Contains(t, usage.String(), "  "+f+" ", "%s -h", name)
+					continue
+				}
+				require.NotContains(t, usage.String(), "  "+f+" ", "%s -h shows %s's flag", name, other)
+				_, err := app.ParseServiceFlags(name, []string{f, "2"}, env(map[string]string{"DATABASE_URL": "x", "NATS_URL": "y"}), io.Discard)
+				require.ErrorContains(t, err, "flag provided but not defined", "%s takes %s", name, f)
+			}
+		}
+		require.NotContains(t, usage.String(), "only)", "%s -h: no flag of another binary", name)
+	}
 }
 
 func TestServiceHelpIsNotAnError(t *testing.T) {
@@ -143,7 +242,9 @@ func TestServiceReadiness(t *testing.T) {
 		}
 	}
 	require.False(t, nats.OK)
-	require.NotEmpty(t, nats.Detail, "the reason is given")
+	for _, conn := range []string{"/setup: ", "/dispatcher: ", "/relay-1"} {
+		require.Contains(t, nats.Detail, conn, "each connection that is down is named, not only the first")
+	}
 
 	// NATS comes back on the same port with an empty store.
 	ns, err = natsembed.Start(natsembed.Options{Port: natsPort})

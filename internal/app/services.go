@@ -171,11 +171,14 @@ func (s *Services) Ready(ctx context.Context) []Check {
 	} else if err := s.Store.CheckSchema(ctx); err != nil {
 		checks[1] = Check{Name: "schema", Detail: err.Error()}
 	}
+	var down []string // every connection that cannot do its work, not only the first
 	for _, b := range s.buses {
 		if err := b.Check(ctx); err != nil {
-			checks[2] = Check{Name: "nats", Detail: b.Name() + ": " + err.Error()}
-			break
+			down = append(down, b.Name()+": "+err.Error())
 		}
+	}
+	if len(down) > 0 {
+		checks[2] = Check{Name: "nats", Detail: strings.Join(down, "; ")}
 	}
 	return checks
 }

@@ -74,8 +74,8 @@ type Config struct {
 	// ApplyBound is the apply bound the registry declares for tools whose
 	// vendor does not deduplicate by our key (send_email): how long the
 	// stand-in vendor may still apply a request after it was sent. The
-	// slowest scenario applies at 125% of the tool's timeout, so the default
-	// is twice the timeout of the slowest such tool.
+	// slowest scenario applies at 3.5 times the tool's timeout, so the
+	// default is four times the timeout of the slowest such tool.
 	ApplyBound time.Duration
 	// PhaseTimeout bounds the wait for one scenario's operations to settle
 	// before a lane moves on (default 30s); SettleTimeout bounds the wait for
@@ -861,7 +861,7 @@ func evalRegistry(bound time.Duration) ([]byte, time.Duration, error) {
 		}
 		for _, name := range reg.Names() {
 			if t, _ := reg.Tool(name); t.Class.External() && !t.Adapter.VendorIdempotency {
-				bound = max(bound, 2*t.Timeout)
+				bound = max(bound, 4*t.Timeout)
 			}
 		}
 	}
@@ -879,7 +879,7 @@ func everyVendorAt(url string) map[string]string {
 
 func applyBoundText(d time.Duration) string {
 	if d <= 0 {
-		return "twice the tool's timeout"
+		return "four times the tool's timeout"
 	}
 	return d.String()
 }

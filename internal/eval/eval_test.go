@@ -28,8 +28,17 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 func TestRunSmallMatrix(t *testing.T) {
 	t.Parallel()
 	const settle = time.Second
+	var scenarios []string // all but the slowest vendor, which TestRunFarBeyondTimeout runs alongside
+	for _, s := range eval.DefaultScenarios {
+		if s != eval.ScenarioLatencyFar {
+			scenarios = append(scenarios, s)
+		}
+	}
 	rep, err := eval.Run(context.Background(), eval.Config{
-		PerScenario: 15, Seed: 7, Rate: 150,
+		PerScenario: 15, Seed: 7, Rate: 150, Scenarios: scenarios,
+		// The slowest vendor here applies at 1.25 times the timeout: twice
+		// the timeout bounds it.
+		ApplyBound: 4 * time.Second,
 		// Inside the reconciler's settle delay, as the vendor must be.
 		VisibilityDelay: settle / 2,
 		PhaseTimeout:    20 * time.Second, SettleTimeout: 60 * time.Second,
@@ -94,7 +103,7 @@ func TestRunSmallMatrix(t *testing.T) {
 	for _, s := range rep.Scenarios {
 		by[s.Name] = s.KPIs
 	}
-	require.Len(t, by, len(eval.DefaultScenarios))
+	require.Len(t, by, len(eval.DefaultScenarios)-1)
 	// Five records set active, suspended, active: fifteen operations.
 	require.Equal(t, 15, by[eval.ScenarioSetBack].Operations)
 	for _, s := range []string{eval.ScenarioSuccess, eval.ScenarioRateLimit, eval.ScenarioLatencyNear, eval.ScenarioDuplicates} {
@@ -144,4 +153,37 @@ func TestRunWithNATSRestarts(t *testing.T) {
 	require.Equal(t, 18, rep.KPIs.Operations)
 	require.Zero(t, rep.KPIs.UnansweredIntents)
 	require.Zero(t, rep.KPIs.UntoldSettlements)
+}
+
+// TestRunFarBeyondTimeout is issue 8.1's slow vendor in the corpus: every
+// call takes 3.5 times its tool's timeout (send_email: 7 s against 2 s) and
+// applies its effect long after the client gave up, while lookups find
+// nothing. With the apply bound the eval declares (four times the
+// timeout), a "not found" before it has passed is no evidence: nothing is
+// sent a second time, and every operation completes once its effect shows.
+//
+// Breaking it: an apply bound of twice the timeout trusts the email's "not
+// found" at 5 s and sends a second email per action.
+func TestRunFarBeyondTimeout(t *testing.T) {
+	t.Parallel()
+	const settle = time.Second
+	rep, err := eval.Run(context.Background(), eval.Config{
+		PerScenario: 15, Seed: 8, Rate: 150, Scenarios: []string{eval.ScenarioLatencyFar},
+		PhaseTimeout: 30 * time.Second, SettleTimeout: 60 * time.Second,
+		Infra:     app.InfraConfig{DatabaseURL: testdb.New(t), MemoryStreams: true},
+		Reconcile: reconcile.Config{SettleDelay: settle},
+		Maintain:  maintain.Config{SweepInterval: 200 * time.Millisecond, ElectInterval: 100 * time.Millisecond},
+	})
+	require.NoError(t, err)
+	var text bytes.Buffer
+	rep.WriteText(&text)
+	k := rep.KPIs
+	require.False(t, rep.Failed(), text.String())
+	require.Zero(t, k.DuplicateEffects, text.String())
+	require.Zero(t, k.Unsettled)
+	require.Equal(t, 15, k.Operations)
+	require.Equal(t, map[string]int{string(op.StateCompletedSuccess): 15}, k.FinalStates, text.String())
+	require.Equal(t, 1.0, k.UnknownOutcomeRate, "every call outlived its timeout")
+	require.Empty(t, k.Escalations)
+	require.Len(t, rep.Faults, 3, "one fault per tool")
 }

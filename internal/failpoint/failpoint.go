@@ -2,15 +2,24 @@
 // way SIGKILL or a power cut would, with nothing flushed and nothing
 // cleaned up.
 //
-// Failpoints are armed by the environment variable OPLEDGER_FAILPOINTS, a
-// comma-separated list of name or name@N (fire on the Nth hit; default the
-// first), read once at the first hit. Unarmed, a failpoint costs one atomic
-// load. The names in use are the constants below; docs/architecture.md lists
-// where each sits.
+// Failpoints are armed by Arm, which a service's main calls with the value
+// of the environment variable OPLEDGER_FAILPOINTS (EnvVar), read at the
+// program's edge (app.ParseServiceFlags): a comma-separated list of name or
+// name@N (fire on the Nth hit; default the first). Unarmed, a failpoint
+// costs one atomic load. The names in use are the constants below;
+// docs/architecture.md lists where each sits.
+//
+// The armed set is package state, against the rule of no package-level
+// state, on purpose: a failpoint kills the whole process, and Hit sits deep
+// in the dispatcher, the ingester, the relay and the reconciler, where
+// passing an armed set through every config would put test plumbing into
+// production code for no gain.
 package failpoint
 
 import (
+	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,34 +58,47 @@ var Names = []string{IngestMidTx, IngestBeforeAck, DispatchAfterClaim, DispatchA
 const EnvVar = "OPLEDGER_FAILPOINTS"
 
 var (
-	once  sync.Once
 	armed atomic.Bool
 	mu    sync.Mutex
 	fire  map[string]int // name → the hit that kills
 	hits  map[string]int
 )
 
-func load() {
-	spec := os.Getenv(EnvVar)
-	if spec == "" {
-		return
-	}
-	fire, hits = map[string]int{}, map[string]int{}
+// Arm arms the failpoints spec names (the format of EnvVar), replacing any
+// armed before; an empty spec disarms them all. Call it once at start, before
+// the service runs. A name that is not in Names, or a hit count that is not
+// a positive integer, is an error and arms nothing: a crash test with a
+// misspelt failpoint would otherwise pass without crashing anything.
+func Arm(spec string) error {
+	next := map[string]int{}
 	for _, item := range strings.Split(spec, ",") {
-		name, n, _ := strings.Cut(strings.TrimSpace(item), "@")
-		at, err := strconv.Atoi(n)
-		if err != nil || at < 1 {
-			at = 1
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
 		}
-		fire[name] = at
+		name, n, hasN := strings.Cut(item, "@")
+		if !slices.Contains(Names, name) {
+			return fmt.Errorf("%s: unknown failpoint %q (have %s)", EnvVar, name, strings.Join(Names, ", "))
+		}
+		at := 1
+		if hasN {
+			var err error
+			if at, err = strconv.Atoi(n); err != nil || at < 1 {
+				return fmt.Errorf("%s: %q: the hit count must be a positive integer", EnvVar, item)
+			}
+		}
+		next[name] = at
 	}
-	armed.Store(true)
+	mu.Lock()
+	defer mu.Unlock()
+	fire, hits = next, map[string]int{}
+	armed.Store(len(fire) > 0)
+	return nil
 }
 
 // Hit kills the process with SIGKILL if the failpoint name is armed and this
 // is the hit it waits for.
 func Hit(name string) {
-	once.Do(load)
 	if !armed.Load() {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/ingest"
+	"github.com/opledger/opledger/internal/pipetest"
 	"github.com/opledger/opledger/pkg/op"
 )
 
@@ -40,4 +41,29 @@ func TestHostileBytesAreRejectedNotRetried(t *testing.T) {
 		require.Equal(t, c.body, in.Payload, c.name)
 		require.NotContains(t, in.Reason, "\x00", c.name)
 	}
+}
+
+// Invalid UTF-8 in any header of an otherwise valid intent is refused with a
+// reason, answered on the body's event id; nothing is created. A traceparent
+// that is valid UTF-8 but not W3C trace context starts a new trace instead,
+// as W3C Trace Context asks.
+//
+// Breaking it: reading headers without checking them (as before) turns the
+// first intent into a capture with a fresh trace.
+func TestIngestRejectsInvalidUTF8Headers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	subject, header, body := pipetest.IntentMsg(t, capture("conv_h:call_1", "wf_1", "order_hdr_1", "cust_1"))
+	header["traceparent"] = "00-\xff\xfe-x-01"
+	ans := b.ingest(t, subject, header, body)
+	require.Equal(t, op.DecisionRejected, ans.Decision)
+	require.Equal(t, "conv_h:call_1", ans.Result.EventID)
+	require.Equal(t, "header traceparent is not valid UTF-8", ans.Result.Reason)
+	require.Empty(t, ans.Result.OperationID)
+
+	subject, header, body = pipetest.IntentMsg(t, capture("conv_h:call_2", "wf_1", "order_hdr_2", "cust_1"))
+	header["traceparent"] = "not a traceparent"
+	ans = b.ingest(t, subject, header, body)
+	require.Equal(t, op.DecisionNew, ans.Decision)
+	require.NotEmpty(t, ans.Result.OperationID)
 }

@@ -106,3 +106,65 @@ func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// {entity_version} counts the actions accepted on the entity, not the ones
+// completed, and that is what keeps "set it back" right:
+//
+//   - Actions in flight: active, suspended and active again are accepted
+//     before any has run (the lease runs them in that order). Counting
+//     completed actions, all three would see version 0 and the third would
+//     be a repeat of the first: the record would end suspended.
+//   - A change that failed: active (done) → suspended (refused for good by
+//     the vendor) → active is a new action under accepted counting: the
+//     vendor is asked to set active once more, which a set makes harmless,
+//     and the record is active either way. Sending the failed suspended
+//     again is a repeat of it (its version and key), not a new attempt.
+func TestEntityVersionCountsAcceptedActions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	d := dispatch.New(dispatch.Config{Name: "dispatcher-1"}, b.Store, b.Bus, b.Registry, b.Adapters, nil, b.Log)
+	accept := func(ev, record, value string) *ingest.Answer {
+		return b.ingestIntent(t, wire.Intent{EventID: ev, WorkflowID: "wf_1", Tool: "update_crm_record",
+			Args: json.RawMessage(fmt.Sprintf(`{"record_id":%q,"field":"status","value":%q}`, record, value))})
+	}
+	run := func(a *ingest.Answer) op.State {
+		o := b.Operation(t, a.Result.OperationID)
+		require.NoError(t, d.Handle(b.Ctx, b.LastCommand(t, o, wire.KindDispatch).Delivery(1)))
+		return b.Operation(t, o.ID).State
+	}
+	status := func(record string) string {
+		rec, ok := b.Vendors.CRMRecord(record)
+		require.True(t, ok)
+		var v string
+		require.NoError(t, json.Unmarshal(rec.Fields["status"], &v))
+		return v
+	}
+
+	// In flight.
+	a1, s2, a3 := accept("evt_f1", "rec_f", "active"), accept("evt_f2", "rec_f", "suspended"), accept("evt_f3", "rec_f", "active")
+	for _, a := range []*ingest.Answer{a1, s2, a3} {
+		require.Equal(t, op.DecisionNew, a.Decision, "each change accepted while the others wait is an action of its own")
+	}
+	require.Equal(t, "crm:rec_f:status:active:e1:v1", a1.Result.IdempotencyKey)
+	require.Equal(t, "crm:rec_f:status:suspended:e2:v1", s2.Result.IdempotencyKey)
+	require.Equal(t, "crm:rec_f:status:active:e3:v1", a3.Result.IdempotencyKey)
+	for _, a := range []*ingest.Answer{a1, s2, a3} {
+		require.Equal(t, op.StateCompletedSuccess, run(a))
+	}
+	require.Equal(t, "active", status("rec_f"), "the last change asked for is the one that stays")
+
+	// A change that failed for good in between.
+	require.Equal(t, op.StateCompletedSuccess, run(accept("evt_p1", "rec_p", "active")))
+	require.NoError(t, b.Vendors.InjectFault(vendors.Fault{Route: vendors.RouteCRM, Kind: vendors.FaultClientError, Times: 1}))
+	failed := accept("evt_p2", "rec_p", "suspended")
+	require.Equal(t, op.StateFailedPermanent, run(failed))
+	require.Equal(t, "active", status("rec_p"))
+	again := accept("evt_p3", "rec_p", "suspended")
+	require.Equal(t, op.DecisionDuplicateOperation, again.Decision, "the failed change sent again is a repeat of it")
+	require.Equal(t, failed.Result.OperationID, again.Result.OperationID)
+	back := accept("evt_p4", "rec_p", "active")
+	require.Equal(t, op.DecisionNew, back.Decision)
+	require.Equal(t, "crm:rec_p:status:active:e3:v1", back.Result.IdempotencyKey)
+	require.Equal(t, op.StateCompletedSuccess, run(back))
+	require.Equal(t, "active", status("rec_p"))
+}

@@ -151,9 +151,8 @@ type Answer struct {
 // about the intent itself is in the Answer.
 func (s *Service) Ingest(ctx context.Context, subject string, header map[string]string, body []byte) (*Answer, error) {
 	start := time.Now()
-	msgID := header[wire.HeaderMsgID]
 	tp := telemetry.ParseTraceparent(header[wire.HeaderTraceparent])
-	sub, tenant, tool, reject := s.plan(subject, msgID, body, tp)
+	sub, tenant, tool, reject := s.plan(subject, header, body, tp)
 	ans, err := s.submit(ctx, sub, tenant, tool, reject, tp)
 	if errors.Is(err, op.ErrInvalid) && sub.RejectReason == "" {
 		// The ledger refused something in the intent that validation let
@@ -236,9 +235,24 @@ func (s *Service) submit(ctx context.Context, sub store.Submission, tenant, tool
 // plan validates an intent and prepares its submission. When the intent is
 // invalid the submission carries the reason and the raw bytes, and reject
 // repeats the reason.
-func (s *Service) plan(subject, msgID string, body []byte, tp telemetry.Traceparent) (sub store.Submission, tenant, tool, reject string) {
+func (s *Service) plan(subject string, header map[string]string, body []byte, tp telemetry.Traceparent) (sub store.Submission, tenant, tool, reject string) {
 	sub = store.Submission{Source: Source, Payload: body, Actor: "planner-ingest"}
+	msgID := header[wire.HeaderMsgID]
+	// Headers are part of the intent: one that is not UTF-8 is refused like
+	// such a body, never read with replacement characters (and is no event
+	// id). A readable body still names the event the refusal answers.
+	herr := wire.CheckHeaders(header)
+	if herr != nil {
+		msgID = ""
+	}
 	in, err := wire.DecodeIntent(subject, msgID, body)
+	if err == nil && herr != nil {
+		tenant = in.Tenant
+		sub.Source = SourceFor(tenant)
+		sub.EventID, sub.WorkflowID = in.EventID, in.WorkflowID
+		sub.RejectReason = reason(herr)
+		return sub, tenant, in.Tool, sub.RejectReason
+	}
 	if err != nil {
 		// The subject is the only tenant there is (the body is not
 		// trusted); an intent on a subject naming no tenant is answered

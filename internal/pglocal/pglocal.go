@@ -422,9 +422,6 @@ func (c *Cluster) SocketDir() string { return c.sockDir }
 // Dir is the cluster directory.
 func (c *Cluster) Dir() string { return c.dir }
 
-// LogPath is the server log of the current run.
-func (c *Cluster) LogPath() string { return c.logPath }
-
 // Stop shuts the server down (fast shutdown: SIGINT, then SIGQUIT and
 // SIGKILL if it does not exit in time), waits for it, releases the cluster
 // directory and removes it if Start created it. It is idempotent; later

@@ -89,7 +89,7 @@ func TestStartStop(t *testing.T) {
 	}
 	require.Equal(t, wantParent, filepath.Dir(c.Dir()), "temp cluster dir location")
 	require.FileExists(t, filepath.Join(c.SocketDir(), ".s.PGSQL."+strconv.Itoa(DefaultPort)))
-	require.FileExists(t, c.LogPath())
+	require.FileExists(t, filepath.Join(c.Dir(), "postgres.log"))
 	if os.Geteuid() == 0 {
 		acct, err := serverAccount()
 		require.NoError(t, err)

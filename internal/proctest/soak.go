@@ -26,9 +26,6 @@ func soakFactor() int {
 	return SoakFactor
 }
 
-// Soak reports whether OPLEDGER_SOAK asks for the bigger runs.
-func Soak() bool { return soakFactor() > 1 }
-
 // Scaled is n for CI, and n times the soak factor under OPLEDGER_SOAK.
 func Scaled(n int) int { return n * soakFactor() }
 

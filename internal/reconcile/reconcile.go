@@ -146,8 +146,11 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	overdue := sched.Deadline > 0 && now.Sub(o.UpdatedAt) >= sched.Deadline
 	v := s.verdict(ctx, tool, o, log)
 	if v.event == "" && overdue {
-		v = verdict{event: op.EventEscalate, metric: "escalated",
-			why: fmt.Sprintf("no verdict within the tool's reconciliation deadline (%s): a person must check", sched.Deadline)}
+		why := fmt.Sprintf("no verdict within the tool's reconciliation deadline (%s): a person must check", sched.Deadline)
+		if v.failure != "" {
+			why = fmt.Sprintf("%s: past the tool's reconciliation deadline (%s)", v.failure, sched.Deadline)
+		}
+		v = verdict{event: op.EventEscalate, metric: "escalated", why: why}
 	}
 	if v.event == "" {
 		wait := sched.Interval

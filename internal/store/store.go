@@ -1,5 +1,7 @@
 // Package store is opledger's ledger in Postgres: operations, their append-only
-// event history, attempts, the inbox and the transactional outbox.
+// event history, attempts, the inbox and the transactional outbox, and what
+// keeps them (entity leases and versions, approvals, votes and the audit
+// trail of the human loop, the maintenance leader's lock and its passes).
 //
 // It is the only package that imports the sqlc-generated code in db/dbsqlc;
 // its API speaks the domain types of package op, so neither driver nor

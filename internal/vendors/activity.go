@@ -23,11 +23,6 @@ type Activity struct {
 	End            time.Time `json:"end"`
 }
 
-// Overlaps reports whether a and b were processed at the same time.
-func (a Activity) Overlaps(b Activity) bool {
-	return a.Start.Before(b.End) && b.Start.Before(a.End)
-}
-
 // maxActivities bounds what the server remembers; the oldest go first.
 const maxActivities = 10_000
 

@@ -149,6 +149,8 @@ type Server struct {
 	st *state
 	// webhooks is where the stand-ins send webhooks (SetWebhooks).
 	webhooks WebhookTarget
+
+	busy inflight // requests being handled (WaitIdle)
 }
 
 // Start listens and serves until Close. Invalid options return an error
@@ -438,6 +440,8 @@ func visible(at time.Time) bool { return at.IsZero() || !time.Now().Before(at) }
 // The handler runs under no lock; it takes s.mu itself for its effect.
 func (s *Server) endpoint(route string, h func(r call) result) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.busy.begin()
+		defer s.busy.end()
 		w.Header().Set("Request-Id", op.NewID("req"))
 		if !s.authorized(r) {
 			writeResult(w, errorResult(http.StatusUnauthorized, "unauthorized"))

@@ -143,3 +143,47 @@ func normNFC(s string) string {
 	_ = json.Unmarshal(out, &v)
 	return v
 }
+
+// The examples docs/protocol.md gives for each normalizer, as written there,
+// and what each normalizer keeps apart when a field does not have it.
+func TestIdentityNormalizerExamples(t *testing.T) {
+	t.Parallel()
+	s, err := canon.CompileSchema("t", []byte(`{"type":"object","properties":{
+		"tr":{"type":"string"},"lo":{"type":"string"},"up":{"type":"string"},"wide":{"type":"string"},
+		"ph":{"type":"string"},"plain":{"type":"string"}}}`))
+	require.NoError(t, err)
+	id, err := canon.NewIdentity([]string{"plain"}, map[string][]string{
+		"tr": {"trim"}, "lo": {"lowercase"}, "up": {"uppercase"}, "wide": {"nfkc"}, "ph": {"digits_only"},
+	})
+	require.NoError(t, err)
+	for name, ex := range map[string]struct {
+		want   string
+		inputs []string
+	}{
+		"tr":    {"ord_77", []string{" ord_77 ", "\tord_77\n"}},
+		"lo":    {"ord_77", []string{"ORD_77", "Ord_77"}},
+		"up":    {"AB-123", []string{"ab-123", "Ab-123"}},
+		"wide":  {"ord_77", []string{"ｏｒｄ＿７７"}},
+		"ph":    {"15550100000", []string{"+1 (555) 010-0000", "１５５５０１０００００"}},
+		"plain": {"ORD_77", []string{"ORD_77"}},
+	} {
+		for _, in := range ex.inputs {
+			got, err := field(t, s, id, name, in)
+			require.NoError(t, err, "%s %q", name, in)
+			require.Equal(t, ex.want, got, "%s %q", name, in)
+		}
+	}
+	got, err := field(t, s, id, "wide", "ﬁle_1")
+	require.NoError(t, err)
+	require.Equal(t, "file_1", got)
+	for name, in := range map[string]string{"plain": "ｏｒｄ＿７７"} {
+		got, err := field(t, s, id, name, in)
+		require.NoError(t, err)
+		require.NotEqual(t, "ord_77", got, "without nfkc, full-width letters are other letters")
+	}
+	got, err = field(t, s, id, "plain", "ord_77")
+	require.NoError(t, err)
+	require.NotEqual(t, "ORD_77", got, "without lowercase, case makes another value")
+	_, err = field(t, s, id, "ph", "no digits")
+	require.ErrorIs(t, err, canon.ErrInvalidArgs)
+}

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"encoding/json"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -92,15 +91,16 @@ func (r Result) describesOperation() bool {
 	return r.OperationID != "" && r.Version > 0
 }
 
-// decodeResult reads a result message. Unknown fields are ignored, as the
-// protocol asks of clients; a message that is not JSON or not
-// opledger.result.v1 is not a result.
+// decodeResult reads a result message as wire.DecodeResult does: field
+// names exact, none twice, valid UTF-8; unknown fields are ignored, as the
+// protocol asks of clients. A message that is not read that way, or is not
+// opledger.result.v1, is not a result.
 func decodeResult(h nats.Header, data []byte) (Result, bool) {
-	var w wire.Result
-	if err := json.Unmarshal(data, &w); err != nil || w.Spec != wire.SpecResult {
+	w, err := wire.DecodeResult(data)
+	if err != nil {
 		return Result{}, false
 	}
-	return Result{Result: w, Status: Status(w.Status), MsgID: strings.TrimSpace(h.Get(wire.HeaderMsgID))}, true
+	return Result{Result: *w, Status: Status(w.Status), MsgID: strings.TrimSpace(h.Get(wire.HeaderMsgID))}, true
 }
 
 // Answer is the ledger's answer to an event id: the first result carrying it.

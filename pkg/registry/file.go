@@ -231,6 +231,9 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 	} else {
 		t.schema, t.ArgsSchema = s, raw
 	}
+	if ft.ArgsSchema != nil {
+		p.schemaKeywordProblems(ft.ArgsSchema)
+	}
 
 	// Idempotency key template.
 	if ft.KeyTemplate == "" {
@@ -847,11 +850,12 @@ func (p *problems) reconcile(t *Tool, ft *fileTool) {
 	if r == nil {
 		return
 	}
-	if ft.Adapter != nil && ft.Adapter.Lookup == nil {
-		// The schedule spaces and bounds lookups; without a lookup the
-		// reconciler decides at once (sends again under the same key when
-		// the vendor deduplicates by it, else escalates) and reads none of it.
-		p.add("reconcile", "has no effect without adapter.lookup: the reconciler has nothing to ask the vendor, so it decides at once")
+	if ft.Adapter != nil && ft.Adapter.Lookup == nil && ft.Adapter.Verify == nil {
+		// The schedule spaces and bounds lookups; without a lookup (an
+		// mcp tool's verify call is its lookup) the reconciler decides at
+		// once (sends again under the same key when the vendor
+		// deduplicates by it, else escalates) and reads none of it.
+		p.add("reconcile", "has no effect without adapter.lookup (or, for an mcp tool, adapter.verify): the reconciler has nothing to ask the vendor, so it decides at once")
 	}
 	if r.MaxLookups != 0 {
 		if r.MaxLookups < 1 || r.MaxLookups > 1000 {
@@ -881,7 +885,7 @@ func (p *problems) applyBound(t *Tool, ft *fileTool) {
 		return
 	}
 	t.ApplyBound = p.duration("apply_bound", ft.ApplyBound, DefaultApplyBound)
-	if ft.ApplyBound != "" && t.ApplyBound < t.Timeout && !p.has("apply_bound") {
+	if ft.ApplyBound != "" && t.ApplyBound < t.Timeout && !p.has("apply_bound") && !p.has("timeout") {
 		p.add("apply_bound", "must not be shorter than timeout (%s): a request may be applied as long as it may be in flight", t.Timeout)
 	}
 }

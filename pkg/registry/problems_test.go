@@ -252,7 +252,7 @@ func TestProblemsNameTheirFile(t *testing.T) {
 	require.Equal(t, a, le.Problems[0].File)
 	require.Equal(t, 8, le.Problems[0].Line)
 
-	_, err = registry.LoadFile(a, vendors)
+	_, err = registry.LoadPaths([]string{a}, vendors)
 	require.ErrorContains(t, err, a+`:8: tool read_thing: retry.max_attempts: must be an integer, got "lots"`, "one named file is named too")
 }
 
@@ -434,7 +434,7 @@ tools:
 		"line 11: tool pay: approval.expires_after: has no effect with approval.when: never",
 		"line 11: tool pay: approval.field: has no effect with approval.when: never",
 		"line 11: tool pay: approval.threshold: has no effect with approval.when: never",
-		"line 12: tool pay: reconcile: has no effect without adapter.lookup: the reconciler has nothing to ask the vendor, so it decides at once",
+		"line 12: tool pay: reconcile: has no effect without adapter.lookup (or, for an mcp tool, adapter.verify): the reconciler has nothing to ask the vendor, so it decides at once",
 		"line 20: tool refund: approval.field: has no effect with approval.when: always",
 		"line 20: tool refund: approval.threshold: has no effect with approval.when: always",
 		"line 22: tool refund: guards.0.limit.tool: names unregistered tool \"capture\"",

@@ -398,11 +398,6 @@ func LoadPaths(paths []string, opts Options) (*Registry, error) {
 	return LoadSources(srcs, opts)
 }
 
-// LoadFile reads and validates a registry file.
-func LoadFile(path string, opts Options) (*Registry, error) {
-	return LoadPaths([]string{path}, opts)
-}
-
 var toolName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 
 // Load parses and validates a registry document. All problems are reported

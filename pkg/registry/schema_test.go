@@ -189,8 +189,11 @@ func loaderFields(t reflect.Type, prefix string, out map[string]bool) {
 		for ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
-		if ft.Kind() == reflect.Struct {
+		switch {
+		case ft.Kind() == reflect.Struct:
 			loaderFields(ft, prefix+name+".", out)
+		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
+			loaderFields(ft.Elem(), prefix+name+"[].", out) // a list of mappings: guards[].kind
 		}
 	}
 }
@@ -220,6 +223,10 @@ func schemaFields(t *testing.T, root map[string]any, node any, prefix string, ou
 		for _, name := range req {
 			out[prefix+name.(string)] = true
 		}
+	}
+	if items, ok := m["items"].(map[string]any); ok && prefix != "" {
+		// The mappings of a list: guards[].kind.
+		schemaFields(t, root, items, strings.TrimSuffix(prefix, ".")+"[].", out)
 	}
 	for _, k := range []string{"if", "then", "else", "not"} {
 		schemaFields(t, root, m[k], prefix, out)
@@ -280,6 +287,7 @@ func TestFieldsInStep(t *testing.T) {
 	require.True(t, loader["webhook_event"]["match.pointer"])
 	require.True(t, loader["tool"]["adapter.lookup.status_pointer"], "reflection reaches nested sections")
 	require.True(t, loader["tool"]["adapter.body.encoding"])
+	require.True(t, loader["tool"]["guards[].limit.tool"], "reflection reaches the mappings of a list")
 
 	raw, err := os.ReadFile(schemaFile)
 	require.NoError(t, err)

@@ -261,3 +261,82 @@ func TestDecodeCommandIsStrict(t *testing.T) {
 		require.ErrorIs(t, err, op.ErrInvalid, bad)
 	}
 }
+
+// Results are read as strictly as intents, except that fields added later
+// in v1 are ignored: a client must not see another result than a filter in
+// front of it does (encoding/json would take "STATUS" for status, keep the
+// last of two "final"s and turn invalid UTF-8 into U+FFFD).
+func TestDecodeResultReadsOneWay(t *testing.T) {
+	t.Parallel()
+	base := `"spec":"opledger.result.v1","operation_id":"op_1","event_id":"e","workflow_id":"wf_1","tool":"t","version":3,"dedupe_decision":"new","retry_recommendation":"none","safe_user_message":"m","attempt_count":1,"at":"2026-01-01T00:00:00Z"`
+	r, err := wire.DecodeResult([]byte(`{` + base + `,"status":"completed_success","final":true,"added_in_v1_later":{"x":1}}`))
+	require.NoError(t, err)
+	require.Equal(t, "completed_success", r.Status)
+	require.True(t, r.Final)
+	require.EqualValues(t, 3, r.Version)
+
+	for _, tc := range []struct{ name, body, reason string }{
+		{"a second status in upper case", `{` + base + `,"status":"failed_permanent","STATUS":"completed_success","final":true}`, `unknown field "STATUS" (field names are case-sensitive: "status")`},
+		{"Final instead of final", `{` + base + `,"status":"pending_dispatch","Final":true}`, `unknown field "Final"`},
+		{"final twice", `{` + base + `,"status":"pending_dispatch","final":false,"final":true}`, `field "final" appears twice`},
+		{"a repeat inside an unknown field", `{` + base + `,"status":"s","final":true,"extra":{"a":1,"a":2}}`, `field "extra.a" appears twice`},
+		{"invalid UTF-8", "{" + base + ",\"status\":\"s\",\"final\":true,\"reason\":\"r\xff\"}", "invalid UTF-8"},
+		{"unpaired surrogate", `{` + base + `,"status":"s","final":true,"reason":"\udc00"}`, "unpaired UTF-16 surrogate"},
+		{"data after the object", `{` + base + `,"status":"s","final":true} {}`, "data after"},
+		{"another spec", `{"spec":"opledger.result.v2","status":"s"}`, `spec must be "opledger.result.v1"`},
+		{"a wrong type", `{` + base + `,"status":"s","final":"yes"}`, "final"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := wire.DecodeResult([]byte(tc.body))
+			require.ErrorIs(t, err, op.ErrInvalid)
+			require.ErrorContains(t, err, tc.reason)
+		})
+	}
+}
+
+// ReadJSON checks keys against the type at every depth: in a nested struct,
+// in a slice of structs, through a pointer and an embedded struct.
+func TestReadJSONChecksNestedTypes(t *testing.T) {
+	t.Parallel()
+	type Inner struct {
+		Name string `json:"name"`
+	}
+	type Base struct {
+		ID string `json:"id"`
+	}
+	type Outer struct {
+		Base
+		One   *Inner            `json:"one"`
+		Many  []Inner           `json:"many"`
+		Map   map[string]Inner  `json:"map"`
+		Raw   json.RawMessage   `json:"raw"`
+		Plain map[string]string `json:"plain"`
+	}
+	var out Outer
+	require.NoError(t, wire.ReadJSON([]byte(`{"id":"x","one":{"name":"a"},"many":[{"name":"b","new":1}],"map":{"k":{"name":"c"}},"raw":{"NAME":1},"plain":{"A":"1","a":"2"}}`), &out))
+	require.Equal(t, "x", out.ID)
+	require.Equal(t, "b", out.Many[0].Name)
+	require.Equal(t, "2", out.Plain["a"], "map keys are data, not field names: both cases are kept")
+	for body, reason := range map[string]string{
+		`{"ID":"x"}`:                           `unknown field "ID"`,
+		`{"one":{"NAME":"a"}}`:                 `unknown field "one.NAME"`,
+		`{"many":[{"name":"a"},{"Name":"b"}]}`: `unknown field "many[1].Name"`,
+		`{"map":{"k":{"nAme":"c"}}}`:           `unknown field "map.k.nAme"`,
+		`{"raw":{"a":1,"a":2}}`:                `field "raw.a" appears twice`,
+	} {
+		require.ErrorContains(t, wire.ReadJSON([]byte(body), &out), reason, body)
+	}
+}
+
+// Invalid UTF-8 anywhere in an intent's headers is refused like invalid
+// UTF-8 in its body; a header that is merely malformed is its reader's to
+// judge.
+func TestCheckHeaders(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, wire.CheckHeaders(map[string]string{"traceparent": "not-a-traceparent", "Nats-Msg-Id": "e"}))
+	require.NoError(t, wire.CheckHeaders(nil))
+	err := wire.CheckHeaders(map[string]string{"traceparent": "00-\xff-x", "Nats-Msg-Id": "e"})
+	require.ErrorIs(t, err, op.ErrInvalid)
+	require.ErrorContains(t, err, "header traceparent is not valid UTF-8")
+	require.ErrorContains(t, wire.CheckHeaders(map[string]string{"X-\xfe": "v"}), "a header name is not valid UTF-8")
+}

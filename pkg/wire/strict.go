@@ -3,7 +3,6 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"unicode/utf16"
@@ -139,10 +138,6 @@ func checkObject(dec *json.Decoder, path string, fields []string, nested map[str
 		}
 		if sub, ok := nested[key]; ok && path == "" {
 			if err := checkObject(dec, name, sub, nil); err != nil {
-				var e *errStrict
-				if errors.As(err, &e) && e.msg == name+" must be an object" {
-					return err
-				}
 				return err
 			}
 			continue

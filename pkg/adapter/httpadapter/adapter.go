@@ -286,10 +286,6 @@ type LookupError struct {
 
 func (e *LookupError) Error() string { return "httpadapter: lookup failed: " + e.Reason }
 
-// HasLookup reports whether the adapter was configured with a Lookup. Wire
-// it as an adapter.Looker only if so; otherwise Lookup returns ErrNoLookup.
-func (a *Adapter) HasLookup() bool { return a.lookup != nil }
-
 // Lookup asks the vendor about the effect of req (by its idempotency key or
 // other template fields).
 //
