@@ -77,14 +77,14 @@ GRANT UPDATE (decision, reason, operation_id, duplicate_count, last_seen_at)
 GRANT SELECT, DELETE ON inbox TO opledger_maintainer;
 
 -- outbox: whoever decides writes its messages in the same statement; relays
--- claim, publish and mark them; the maintainer re-drives lost commands,
--- reports parked rows and deletes sent ones after retention.
+-- publish them (claiming the rows nobody published), and delete them once
+-- published; the maintainer re-drives lost commands and reports parked rows.
 GRANT INSERT ON outbox TO opledger_ingest, opledger_dispatcher, opledger_reconciler,
     opledger_compensator, opledger_maintainer, opledger_operator;
 GRANT SELECT ON outbox TO opledger_relay, opledger_maintainer, opledger_operator;
-GRANT UPDATE (claimed_by, claimed_until, publish_count, sent_at, last_error, publish_failures, parked_at, available_at)
+GRANT UPDATE (claimed_by, claimed_until, publish_count, last_error, publish_failures, parked_at, available_at)
     ON outbox TO opledger_relay;
-GRANT DELETE ON outbox TO opledger_maintainer;
+GRANT DELETE ON outbox TO opledger_relay;
 -- Operators put parked rows back to be published (OutboxRequeueParked).
 GRANT UPDATE (parked_at, publish_failures, claimed_until, available_at) ON outbox TO opledger_operator;
 

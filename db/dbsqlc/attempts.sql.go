@@ -165,3 +165,154 @@ func (q *Queries) OperationDispatch(ctx context.Context, arg OperationDispatchPa
 	)
 	return i, err
 }
+
+const operationDispatchLeased = `-- name: OperationDispatchLeased :one
+WITH cur AS (
+    SELECT o.id, o.entity_type, o.entity_id, o.created_at FROM operations o
+    WHERE o.id = $1 AND o.state = 'pending_dispatch' AND o.lease_epoch = $2 AND o.entity_id <> ''
+), older AS (
+    SELECT cur.id FROM cur
+    WHERE NOT EXISTS (
+        SELECT 1 FROM operations w
+        WHERE w.entity_type = cur.entity_type AND w.entity_id = cur.entity_id AND w.id <> cur.id
+          AND w.state = 'pending_dispatch' AND w.tool = ANY($3::text[])
+          AND (w.created_at, w.id) < (cur.created_at, cur.id))
+), lease AS (
+    INSERT INTO entity_leases AS l (entity_type, entity_id, operation_id, epoch, acquired_at, expires_at)
+    SELECT cur.entity_type, cur.entity_id, cur.id, 1, coalesce($4::timestamptz, now()),
+           coalesce($4::timestamptz, now()) + make_interval(secs => $5::float8)
+    FROM cur JOIN older ON older.id = cur.id
+    ON CONFLICT (entity_type, entity_id) DO UPDATE SET
+        operation_id = EXCLUDED.operation_id, epoch = l.epoch + 1,
+        acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at
+    WHERE l.operation_id = EXCLUDED.operation_id OR l.expires_at < EXCLUDED.acquired_at
+    RETURNING l.operation_id
+), claimed AS (
+    UPDATE operations SET
+        state = 'dispatched', version = version + 1, lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1,
+        -- The claim's time is when the lease was had, after any wait for
+        -- the previous holder to let it go, not when the statement began:
+        -- the claim's event never predates the end of the holder's.
+        updated_at = coalesce($4::timestamptz, clock_timestamp())
+    FROM lease
+    WHERE operations.id = lease.operation_id AND operations.state = 'pending_dispatch' AND operations.lease_epoch = $2
+    RETURNING operations.id, operations.workflow_id, operations.run_id, operations.tool, operations.tool_version, operations.intent, operations.entity_type, operations.entity_id, operations.args_canonical, operations.args_hash, operations.side_effect_class, operations.idempotency_key, operations.state, operations.attempt_count, operations.lease_epoch, operations.external_request_id, operations.external_object_id, operations.compensates_operation_id, operations.trace_id, operations.last_error_category, operations.last_error, operations.created_at, operations.updated_at, operations.version, operations.origin_event_id, operations.generation, operations.generation_started_at, operations.generation_attempt_base, operations.proposed_by, operations.dedupe_key, operations.tenant, operations.compensation_operation_id
+), appended AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, at)
+    SELECT claimed.id,
+           (SELECT coalesce(max(oe.seq), 0) + 1 FROM operation_events oe WHERE oe.operation_id = claimed.id),
+           'dispatch', 'pending_dispatch', 'dispatched', claimed.lease_epoch, $6, $7, claimed.updated_at
+    FROM claimed
+), attempt AS (
+    INSERT INTO attempts (id, operation_id, number, lease_epoch, worker, started_at, deadline_at)
+    SELECT $6, claimed.id, claimed.attempt_count, claimed.lease_epoch, $7, claimed.updated_at,
+           claimed.updated_at + make_interval(secs => $8::float8)
+    FROM claimed
+)
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM claimed
+`
+
+type OperationDispatchLeasedParams struct {
+	ID             string
+	LeaseEpoch     int64
+	Tools          []string
+	Now            *time.Time
+	TtlSeconds     float64
+	AttemptID      string
+	Worker         string
+	TimeoutSeconds float64
+}
+
+type OperationDispatchLeasedRow struct {
+	ID                      string
+	WorkflowID              string
+	RunID                   string
+	Tool                    string
+	ToolVersion             int32
+	Intent                  string
+	EntityType              string
+	EntityID                string
+	ArgsCanonical           string
+	ArgsHash                string
+	SideEffectClass         string
+	IdempotencyKey          string
+	State                   string
+	AttemptCount            int32
+	LeaseEpoch              int64
+	ExternalRequestID       string
+	ExternalObjectID        string
+	CompensatesOperationID  *string
+	TraceID                 string
+	LastErrorCategory       string
+	LastError               string
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+	Version                 int64
+	OriginEventID           string
+	Generation              int32
+	GenerationStartedAt     *time.Time
+	GenerationAttemptBase   int32
+	ProposedBy              string
+	DedupeKey               string
+	Tenant                  string
+	CompensationOperationID *string
+}
+
+// OperationDispatch for an operation that holds its entity's lease while in
+// flight, in one statement: the lease goes to the operation only if no
+// older operation of the leased tools waits on the entity (leases are
+// granted in the order operations were created) and the lease is free,
+// expired on the database's clock, or already this operation's; then the
+// claim, its event and its attempt row, as in OperationDispatch. The
+// lease's primary key serialises claimers of one entity: a second one
+// waits for the first's commit and then finds the lease taken. No row: the
+// operation is not pending at that epoch any more (a stale command), or
+// the lease is busy; reading the operation tells which.
+func (q *Queries) OperationDispatchLeased(ctx context.Context, arg OperationDispatchLeasedParams) (OperationDispatchLeasedRow, error) {
+	row := q.db.QueryRow(ctx, operationDispatchLeased,
+		arg.ID,
+		arg.LeaseEpoch,
+		arg.Tools,
+		arg.Now,
+		arg.TtlSeconds,
+		arg.AttemptID,
+		arg.Worker,
+		arg.TimeoutSeconds,
+	)
+	var i OperationDispatchLeasedRow
+	err := row.Scan(
+		&i.ID,
+		&i.WorkflowID,
+		&i.RunID,
+		&i.Tool,
+		&i.ToolVersion,
+		&i.Intent,
+		&i.EntityType,
+		&i.EntityID,
+		&i.ArgsCanonical,
+		&i.ArgsHash,
+		&i.SideEffectClass,
+		&i.IdempotencyKey,
+		&i.State,
+		&i.AttemptCount,
+		&i.LeaseEpoch,
+		&i.ExternalRequestID,
+		&i.ExternalObjectID,
+		&i.CompensatesOperationID,
+		&i.TraceID,
+		&i.LastErrorCategory,
+		&i.LastError,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Version,
+		&i.OriginEventID,
+		&i.Generation,
+		&i.GenerationStartedAt,
+		&i.GenerationAttemptBase,
+		&i.ProposedBy,
+		&i.DedupeKey,
+		&i.Tenant,
+		&i.CompensationOperationID,
+	)
+	return i, err
+}

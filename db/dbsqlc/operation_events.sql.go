@@ -114,3 +114,195 @@ func (q *Queries) OperationEventList(ctx context.Context, operationID string) ([
 	}
 	return items, nil
 }
+
+const operationSubmitNew = `-- name: OperationSubmitNew :one
+WITH inbox_row AS (
+    INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, rejected, operation_id,
+                       received_at, last_seen_at)
+    VALUES ($1, $2, '', $3, $4, 'new', '', false, $5,
+            coalesce($6::timestamptz, now()), coalesce($6::timestamptz, now()))
+), created AS (
+    INSERT INTO operations (
+        id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
+        args_canonical, args_hash, side_effect_class, idempotency_key, state, version, origin_event_id,
+        compensates_operation_id, trace_id, proposed_by, dedupe_key, tenant, created_at, updated_at
+    ) VALUES (
+        $5, $4, $7, $8, $9, $10, $11, $12,
+        $13, $14, $15, $16, $17, $18, $2,
+        $19, $20, $21, $22, $23,
+        coalesce($6::timestamptz, now()), coalesce($6::timestamptz, now())
+    )
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id
+), events AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, actor, detail, at)
+    SELECT created.id, e.seq, e.event, e.from_state, e.to_state, 0, $24, e.detail, created.created_at
+    FROM created,
+         (SELECT unnest($25::int[]) AS seq, unnest($26::text[]) AS event,
+                 unnest($27::text[]) AS from_state, unnest($28::text[]) AS to_state,
+                 unnest($29::jsonb[]) AS detail) AS e
+), outbox_rows AS (
+    INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
+    SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
+           coalesce($6::timestamptz, now()) + make_interval(secs => m.delay_seconds)
+    FROM (SELECT unnest($30::text[]) AS subject, unnest($31::text[]) AS msg_id,
+                 unnest($32::jsonb[]) AS headers, unnest($33::bytea[]) AS payload,
+                 unnest($34::text[]) AS operation_id, unnest($35::float8[]) AS delay_seconds) AS m
+)
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM created
+`
+
+type OperationSubmitNewParams struct {
+	Source                 string
+	EventID                string
+	PayloadHash            string
+	WorkflowID             string
+	ID                     *string
+	Now                    *time.Time
+	RunID                  string
+	Tool                   string
+	ToolVersion            int32
+	Intent                 string
+	EntityType             string
+	EntityID               string
+	ArgsCanonical          string
+	ArgsHash               string
+	SideEffectClass        string
+	IdempotencyKey         string
+	State                  string
+	Version                int64
+	CompensatesOperationID *string
+	TraceID                string
+	ProposedBy             string
+	DedupeKey              string
+	Tenant                 string
+	Actor                  string
+	Seqs                   []int32
+	Events                 []string
+	FromStates             []string
+	ToStates               []string
+	Details                [][]byte
+	Subjects               []string
+	MsgIds                 []string
+	Headers                [][]byte
+	Payloads               [][]byte
+	OperationIds           []string
+	Delays                 []float64
+}
+
+type OperationSubmitNewRow struct {
+	ID                      string
+	WorkflowID              string
+	RunID                   string
+	Tool                    string
+	ToolVersion             int32
+	Intent                  string
+	EntityType              string
+	EntityID                string
+	ArgsCanonical           string
+	ArgsHash                string
+	SideEffectClass         string
+	IdempotencyKey          string
+	State                   string
+	AttemptCount            int32
+	LeaseEpoch              int64
+	ExternalRequestID       string
+	ExternalObjectID        string
+	CompensatesOperationID  *string
+	TraceID                 string
+	LastErrorCategory       string
+	LastError               string
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+	Version                 int64
+	OriginEventID           string
+	Generation              int32
+	GenerationStartedAt     *time.Time
+	GenerationAttemptBase   int32
+	ProposedBy              string
+	DedupeKey               string
+	Tenant                  string
+	CompensationOperationID *string
+}
+
+// A new intent for a new key, whole, in one statement: its inbox row (with
+// its decision), the operation, its first events and its outbox rows (the
+// dispatch command and the answer). It makes no decision: an event id or a
+// key the ledger already has fails the statement with a unique violation,
+// leaving nothing written, and the caller takes the path that decides
+// (Tx.Submit). Foreign keys are checked at the end of the statement, when
+// the operation exists.
+func (q *Queries) OperationSubmitNew(ctx context.Context, arg OperationSubmitNewParams) (OperationSubmitNewRow, error) {
+	row := q.db.QueryRow(ctx, operationSubmitNew,
+		arg.Source,
+		arg.EventID,
+		arg.PayloadHash,
+		arg.WorkflowID,
+		arg.ID,
+		arg.Now,
+		arg.RunID,
+		arg.Tool,
+		arg.ToolVersion,
+		arg.Intent,
+		arg.EntityType,
+		arg.EntityID,
+		arg.ArgsCanonical,
+		arg.ArgsHash,
+		arg.SideEffectClass,
+		arg.IdempotencyKey,
+		arg.State,
+		arg.Version,
+		arg.CompensatesOperationID,
+		arg.TraceID,
+		arg.ProposedBy,
+		arg.DedupeKey,
+		arg.Tenant,
+		arg.Actor,
+		arg.Seqs,
+		arg.Events,
+		arg.FromStates,
+		arg.ToStates,
+		arg.Details,
+		arg.Subjects,
+		arg.MsgIds,
+		arg.Headers,
+		arg.Payloads,
+		arg.OperationIds,
+		arg.Delays,
+	)
+	var i OperationSubmitNewRow
+	err := row.Scan(
+		&i.ID,
+		&i.WorkflowID,
+		&i.RunID,
+		&i.Tool,
+		&i.ToolVersion,
+		&i.Intent,
+		&i.EntityType,
+		&i.EntityID,
+		&i.ArgsCanonical,
+		&i.ArgsHash,
+		&i.SideEffectClass,
+		&i.IdempotencyKey,
+		&i.State,
+		&i.AttemptCount,
+		&i.LeaseEpoch,
+		&i.ExternalRequestID,
+		&i.ExternalObjectID,
+		&i.CompensatesOperationID,
+		&i.TraceID,
+		&i.LastErrorCategory,
+		&i.LastError,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Version,
+		&i.OriginEventID,
+		&i.Generation,
+		&i.GenerationStartedAt,
+		&i.GenerationAttemptBase,
+		&i.ProposedBy,
+		&i.DedupeKey,
+		&i.Tenant,
+		&i.CompensationOperationID,
+	)
+	return i, err
+}

@@ -104,24 +104,36 @@ func (q *Queries) OutboxCountUnsent(ctx context.Context) (int64, error) {
 	return column_1, err
 }
 
-const outboxDeleteSent = `-- name: OutboxDeleteSent :execrows
-DELETE FROM outbox WHERE id IN (
-    SELECT id FROM outbox
-    WHERE sent_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
-    ORDER BY id LIMIT $3
-)
+const outboxDeleteHandedOff = `-- name: OutboxDeleteHandedOff :execrows
+DELETE FROM outbox WHERE msg_id = ANY($1::text[])
 `
 
-type OutboxDeleteSentParams struct {
-	Now              *time.Time
-	OlderThanSeconds float64
-	MaxRows          int32
+// Deletes the rows of messages that were handed to a relay in memory after
+// their commit and that JetStream acknowledged. No claim fences it: a relay
+// that claimed such a row after the hand-off grace publishes it again under
+// the same Nats-Msg-Id, and then finds it gone.
+func (q *Queries) OutboxDeleteHandedOff(ctx context.Context, msgIds []string) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxDeleteHandedOff, msgIds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
-// Retention: deletes up to max_rows rows published before a cutoff, oldest
-// ids first (published rows are nearly all at the low end of the id range).
-func (q *Queries) OutboxDeleteSent(ctx context.Context, arg OutboxDeleteSentParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxDeleteSent, arg.Now, arg.OlderThanSeconds, arg.MaxRows)
+const outboxDeletePublished = `-- name: OutboxDeletePublished :execrows
+DELETE FROM outbox WHERE id = ANY($1::bigint[]) AND sent_at IS NULL AND claimed_by = $2
+`
+
+type OutboxDeletePublishedParams struct {
+	Ids       []int64
+	ClaimedBy string
+}
+
+// A published row is deleted: JetStream has it, and the ledger needs it no
+// more. Fenced by the claim: a relay whose lease ran out and whose rows
+// another relay claimed deletes nothing of theirs.
+func (q *Queries) OutboxDeletePublished(ctx context.Context, arg OutboxDeletePublishedParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxDeletePublished, arg.Ids, arg.ClaimedBy)
 	if err != nil {
 		return 0, err
 	}
@@ -292,27 +304,6 @@ func (q *Queries) OutboxListParkedForOperators(ctx context.Context, maxRows int3
 		return nil, err
 	}
 	return items, nil
-}
-
-const outboxMarkSent = `-- name: OutboxMarkSent :execrows
-UPDATE outbox SET sent_at = coalesce($1::timestamptz, now()), claimed_until = NULL
-WHERE id = ANY($2::bigint[]) AND sent_at IS NULL AND claimed_by = $3
-`
-
-type OutboxMarkSentParams struct {
-	Now       *time.Time
-	Ids       []int64
-	ClaimedBy string
-}
-
-// Fenced by the claim: a relay whose lease ran out and whose rows another
-// relay claimed marks nothing of theirs.
-func (q *Queries) OutboxMarkSent(ctx context.Context, arg OutboxMarkSentParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxMarkSent, arg.Now, arg.Ids, arg.ClaimedBy)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
 }
 
 const outboxRelease = `-- name: OutboxRelease :execrows

@@ -25,3 +25,58 @@ SELECT * FROM claimed;
 
 -- name: AttemptList :many
 SELECT * FROM attempts WHERE operation_id = @operation_id ORDER BY number;
+
+-- name: OperationDispatchLeased :one
+-- OperationDispatch for an operation that holds its entity's lease while in
+-- flight, in one statement: the lease goes to the operation only if no
+-- older operation of the leased tools waits on the entity (leases are
+-- granted in the order operations were created) and the lease is free,
+-- expired on the database's clock, or already this operation's; then the
+-- claim, its event and its attempt row, as in OperationDispatch. The
+-- lease's primary key serialises claimers of one entity: a second one
+-- waits for the first's commit and then finds the lease taken. No row: the
+-- operation is not pending at that epoch any more (a stale command), or
+-- the lease is busy; reading the operation tells which.
+WITH cur AS (
+    SELECT o.id, o.entity_type, o.entity_id, o.created_at FROM operations o
+    WHERE o.id = @id AND o.state = 'pending_dispatch' AND o.lease_epoch = @lease_epoch AND o.entity_id <> ''
+), older AS (
+    SELECT cur.id FROM cur
+    WHERE NOT EXISTS (
+        SELECT 1 FROM operations w
+        WHERE w.entity_type = cur.entity_type AND w.entity_id = cur.entity_id AND w.id <> cur.id
+          AND w.state = 'pending_dispatch' AND w.tool = ANY(@tools::text[])
+          AND (w.created_at, w.id) < (cur.created_at, cur.id))
+), lease AS (
+    INSERT INTO entity_leases AS l (entity_type, entity_id, operation_id, epoch, acquired_at, expires_at)
+    SELECT cur.entity_type, cur.entity_id, cur.id, 1, coalesce(sqlc.narg('now')::timestamptz, now()),
+           coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @ttl_seconds::float8)
+    FROM cur JOIN older ON older.id = cur.id
+    ON CONFLICT (entity_type, entity_id) DO UPDATE SET
+        operation_id = EXCLUDED.operation_id, epoch = l.epoch + 1,
+        acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at
+    WHERE l.operation_id = EXCLUDED.operation_id OR l.expires_at < EXCLUDED.acquired_at
+    RETURNING l.operation_id
+), claimed AS (
+    UPDATE operations SET
+        state = 'dispatched', version = version + 1, lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1,
+        -- The claim's time is when the lease was had, after any wait for
+        -- the previous holder to let it go, not when the statement began:
+        -- the claim's event never predates the end of the holder's.
+        updated_at = coalesce(sqlc.narg('now')::timestamptz, clock_timestamp())
+    FROM lease
+    WHERE operations.id = lease.operation_id AND operations.state = 'pending_dispatch' AND operations.lease_epoch = @lease_epoch
+    RETURNING operations.*
+), appended AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, at)
+    SELECT claimed.id,
+           (SELECT coalesce(max(oe.seq), 0) + 1 FROM operation_events oe WHERE oe.operation_id = claimed.id),
+           'dispatch', 'pending_dispatch', 'dispatched', claimed.lease_epoch, @attempt_id, @worker, claimed.updated_at
+    FROM claimed
+), attempt AS (
+    INSERT INTO attempts (id, operation_id, number, lease_epoch, worker, started_at, deadline_at)
+    SELECT @attempt_id, claimed.id, claimed.attempt_count, claimed.lease_epoch, @worker, claimed.updated_at,
+           claimed.updated_at + make_interval(secs => @timeout_seconds::float8)
+    FROM claimed
+)
+SELECT * FROM claimed;

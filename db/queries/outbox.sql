@@ -28,11 +28,18 @@ UPDATE outbox o SET
 FROM due WHERE o.id = due.id
 RETURNING o.id, o.subject, o.msg_id, o.headers, o.payload, o.operation_id, o.publish_count;
 
--- name: OutboxMarkSent :execrows
--- Fenced by the claim: a relay whose lease ran out and whose rows another
--- relay claimed marks nothing of theirs.
-UPDATE outbox SET sent_at = coalesce(sqlc.narg('now')::timestamptz, now()), claimed_until = NULL
-WHERE id = ANY(@ids::bigint[]) AND sent_at IS NULL AND claimed_by = @claimed_by;
+-- name: OutboxDeletePublished :execrows
+-- A published row is deleted: JetStream has it, and the ledger needs it no
+-- more. Fenced by the claim: a relay whose lease ran out and whose rows
+-- another relay claimed deletes nothing of theirs.
+DELETE FROM outbox WHERE id = ANY(@ids::bigint[]) AND sent_at IS NULL AND claimed_by = @claimed_by;
+
+-- name: OutboxDeleteHandedOff :execrows
+-- Deletes the rows of messages that were handed to a relay in memory after
+-- their commit and that JetStream acknowledged. No claim fences it: a relay
+-- that claimed such a row after the hand-off grace publishes it again under
+-- the same Nats-Msg-Id, and then finds it gone.
+DELETE FROM outbox WHERE msg_id = ANY(@msg_ids::text[]);
 
 -- name: OutboxRelease :execrows
 -- Gives rows back after a failed publish, due again after a delay. A failure
@@ -56,15 +63,6 @@ SELECT count(*)::bigint FROM outbox WHERE parked_at IS NOT NULL;
 
 -- name: OutboxListByOperation :many
 SELECT * FROM outbox WHERE operation_id = @operation_id ORDER BY id;
-
--- name: OutboxDeleteSent :execrows
--- Retention: deletes up to max_rows rows published before a cutoff, oldest
--- ids first (published rows are nearly all at the low end of the id range).
-DELETE FROM outbox WHERE id IN (
-    SELECT id FROM outbox
-    WHERE sent_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @older_than_seconds::float8)
-    ORDER BY id LIMIT @max_rows
-);
 
 -- name: OutboxListParkedForOperators :many
 -- Parked rows for people, oldest first, without their payloads (which may

@@ -67,9 +67,9 @@ func TestParkedRowsListedAndRequeued(t *testing.T) {
 	b.must(t, http.StatusOK, &rq, "oscar", "POST", route, rid, map[string]string{"reason": "raised max_payload"})
 	require.Equal(t, "msg_parked_1", rq.Requeued.MsgID)
 	require.Eventually(t, func() bool {
-		var sent bool
-		return db.QueryRow(b.ctx, `SELECT sent_at IS NOT NULL FROM outbox WHERE id = $1`, id).Scan(&sent) == nil && sent
-	}, 10*time.Second, 20*time.Millisecond, "the relay published it")
+		var left bool
+		return db.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM outbox WHERE id = $1)`, id).Scan(&left) == nil && !left
+	}, 10*time.Second, 20*time.Millisecond, "the relay published it (and deleted its row)")
 	gauge(0)
 	b.refused(t, http.StatusNotFound, api.CodeNotFound, "oscar", "POST", route, rid, map[string]string{"reason": "again"})
 	b.must(t, http.StatusOK, &list, "vera", "GET", "/v1/outbox/parked", "", nil)

@@ -62,10 +62,10 @@ type ServiceConfig struct {
 	Consumer bus.Tuning
 	// StatementTimeout bounds ledger statements without a deadline.
 	StatementTimeout time.Duration
-	// OutboxRetention and RejectedRetention are how long the maintenance
-	// leader (reconciler only) keeps published outbox rows and the inbox
-	// rows of rejected intents (zero: maintain.Config's defaults).
-	OutboxRetention, RejectedRetention time.Duration
+	// RejectedRetention is how long the maintenance leader (reconciler
+	// only) keeps the inbox rows of rejected intents (zero: maintain.Config's
+	// default).
+	RejectedRetention time.Duration
 	// Stderr receives the logs.
 	Stderr io.Writer
 
@@ -150,7 +150,6 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 		{"heartbeat", "OPLEDGER_HEARTBEAT", "how often a command still being handled is reported in progress (0: a third of the ack wait)", &cfg.Consumer.Heartbeat},
 		{"nak-delay", "OPLEDGER_NAK_DELAY", "how long a command given back while Postgres is unreachable waits before redelivery (0: 1s)", &cfg.Consumer.NakDelay},
 		{"statement-timeout", "OPLEDGER_STATEMENT_TIMEOUT", "bound on each Postgres statement without a deadline of its own (0: 10s)", &cfg.StatementTimeout},
-		{"outbox-retention", "OPLEDGER_OUTBOX_RETENTION", "the maintenance leader's: how long published outbox rows are kept (0: 1h)", &cfg.OutboxRetention},
 		{"rejected-retention", "OPLEDGER_REJECTED_RETENTION", "the maintenance leader's: how long the inbox rows of rejected intents are kept; their event ids are judged again as new after it (0: 168h)", &cfg.RejectedRetention},
 	}
 	for _, d := range durations {
@@ -272,7 +271,7 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 		DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
 		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays, SetRoles: cfg.SetRoles,
 		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout, MCPUpstreams: upstreams, WebhookSecrets: webhookSecrets,
-		Maintain: maintain.Config{OutboxRetention: cfg.OutboxRetention, RejectedRetention: cfg.RejectedRetention},
+		Maintain: maintain.Config{RejectedRetention: cfg.RejectedRetention},
 		Metrics:  telemetry.NewMetrics(promReg), Log: base,
 	})
 	if err != nil {

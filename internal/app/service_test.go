@@ -146,7 +146,7 @@ func TestServiceAnswersWhileWaitingForDependencies(t *testing.T) {
 func TestServiceFlagsAreEachBinarysOwn(t *testing.T) {
 	t.Parallel()
 	own := map[string][]string{app.Dispatcher: {"-instances"}, app.PlannerIngest: {"-api-tokens", "-webhook-secrets-file"},
-		app.Reconciler: {"-outbox-retention", "-rejected-retention"}}
+		app.Reconciler: {"-rejected-retention"}}
 	for _, name := range app.AllServices {
 		var usage strings.Builder
 		_, err := app.ParseServiceFlags(name, []string{"-h"}, env(nil), &usage)

@@ -158,7 +158,12 @@ type Services struct {
 	pool   *mcpadapter.Pool
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	relays []string
 }
+
+// RelayIDs returns the ids of the process's outbox relays, which fence
+// their claims.
+func (s *Services) RelayIDs() []string { return slices.Clone(s.relays) }
 
 // Ready runs the readiness checks of the process: Postgres answers, its
 // schema has every migration this binary embeds, and every NATS connection
@@ -230,13 +235,17 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 			return nil, fmt.Errorf("services: database URL for unknown part %q", part)
 		}
 	}
-	var waker *outbox.Waker
-	kick := func() { waker.Kick() }
+	// What commits in this process is handed to its relays in memory.
+	handoff := outbox.NewHandoff()
+	kick := handoff.Give
+	queues := make([]<-chan []store.Message, cfg.Relays) // taken now, so nothing committed before the relays start is missed
+	for i := range queues {
+		queues[i] = handoff.Take()
+	}
 	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: cfg.DBMaxConns, StatementTimeout: cfg.StatementTimeout, OnOutbox: kick})
 	if err != nil {
 		return nil, err
 	}
-	waker = outbox.NewWaker(st, 0)
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Services{Store: st, cancel: cancel, parts: map[string]*store.Store{}, pool: pool}
 	// storeFor opens the store of a service or part once, when it has its
@@ -263,11 +272,6 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		s.parts[part] = ps
 		return ps, nil
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		waker.Run(ctx)
-	}()
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -407,7 +411,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		return nil, err
 	}
 	// A relay's id fences its claims (a relay marks only rows it still
-	// holds), so it must be unique even when two processes were given one
+	// holds, and deletes only those), so it must be unique even when two processes were given one
 	// instance name: each process adds a random token of its own.
 	token := op.NewID("")
 	token = strings.ToLower(token[len(token)-6:])
@@ -418,7 +422,8 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		if err != nil {
 			return nil, err
 		}
-		r := outbox.New(outbox.Config{ID: rname, Wake: waker.Subscribe()}, rs, b, log)
+		r := outbox.New(outbox.Config{ID: rname, Handoff: queues[i]}, rs, b, log)
+		s.relays = append(s.relays, rname)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

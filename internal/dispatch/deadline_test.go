@@ -22,7 +22,8 @@ import (
 // capture request at the vendor.
 func TestNoCallAfterTheAttemptDeadline(t *testing.T) {
 	t.Parallel()
-	e := pipetest.Start(t, pipetest.Options{ToolTimeout: 20 * time.Millisecond})
+	// Under minCallTime (50 ms), with as much as that allows left for the claim.
+	e := pipetest.Start(t, pipetest.Options{ToolTimeout: 49 * time.Millisecond})
 	d := dispatch.New(dispatch.Config{Name: "dispatcher-1"}, e.Store, e.Bus, e.Registry, e.Adapters, nil, e.Log)
 	o := e.SubmitCapture(t, "wf_1", "order_late")
 	require.NoError(t, d.Handle(e.Ctx, e.LastCommand(t, o, wire.KindDispatch).Delivery(1)))

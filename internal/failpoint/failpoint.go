@@ -44,7 +44,7 @@ const (
 	// the command is acknowledged.
 	DispatchBeforeAck = "dispatch.before_ack"
 	// RelayBeforeMark: an outbox relay after JetStream acknowledged a batch,
-	// before the rows are marked sent.
+	// before the published rows are deleted.
 	RelayBeforeMark = "relay.before_mark"
 	// ReconcileBeforeCommit: the reconciler after the vendor lookup, before
 	// the verdict commits.

@@ -71,8 +71,6 @@ type Config struct {
 	RedriveInterval time.Duration
 	// RetentionInterval is how often retention runs (default 1m).
 	RetentionInterval time.Duration
-	// OutboxRetention keeps published outbox rows this long (default 1h).
-	OutboxRetention time.Duration
 	// RejectedRetention keeps rejected inbox rows this long (default 7 days).
 	RejectedRetention time.Duration
 	// LookupRetention keeps the reconciler's lookup counters of episodes
@@ -102,7 +100,6 @@ func (c *Config) setDefaults() {
 	def(&c.RedriveAfter, 2*time.Minute)
 	def(&c.RedriveInterval, 30*time.Second)
 	def(&c.RetentionInterval, time.Minute)
-	def(&c.OutboxRetention, time.Hour)
 	def(&c.RejectedRetention, 7*24*time.Hour)
 	def(&c.LookupRetention, time.Hour)
 	if c.Batch <= 0 {
@@ -598,9 +595,9 @@ func (mt *Maintainer) Redrive(ctx context.Context, olderThan time.Duration) (int
 	return redriven, nil
 }
 
-// Retain deletes published outbox rows older than OutboxRetention and
-// rejected inbox rows older than RejectedRetention, and counts parked
-// outbox rows. It returns how many rows it deleted.
+// Retain deletes rejected inbox rows older than RejectedRetention and
+// counts parked outbox rows (published outbox rows are deleted by the relay
+// that published them). It returns how many rows it deleted.
 func (mt *Maintainer) Retain(ctx context.Context) (int, error) {
 	total := 0
 	for _, task := range []struct {
@@ -608,7 +605,6 @@ func (mt *Maintainer) Retain(ctx context.Context) (int, error) {
 		del  func(context.Context, time.Duration, int) (int64, error)
 		keep time.Duration
 	}{
-		{"retention_outbox", mt.store.DeleteSentOutbox, mt.cfg.OutboxRetention},
 		{"retention_inbox", mt.store.DeleteRejectedInbox, mt.cfg.RejectedRetention},
 		{"retention_lookups", mt.store.DeleteDoneLookups, mt.cfg.LookupRetention},
 	} {

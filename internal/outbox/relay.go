@@ -1,13 +1,23 @@
 // Package outbox relays the transactional outbox to NATS JetStream.
 //
-// A relay claims unsent rows in batches (FOR UPDATE SKIP LOCKED, as a lease),
-// publishes each with Nats-Msg-Id = the row's msg id, waits for the PubAcks and
-// marks the acknowledged rows sent. A Waker wakes it when rows commit in its
-// own process, a NOTIFY (sent by other processes' Wakers) when they commit
-// elsewhere; polling is the fallback. Any number of relays may run against one database: they claim
-// disjoint rows. A crash between PubAck and mark-sent only causes a
-// re-publish after the lease ends, which JetStream's duplicate window or the
-// consumers' ledger checks absorb.
+// Messages reach JetStream two ways, both with Nats-Msg-Id = the row's msg
+// id, and a row is deleted once JetStream has acknowledged its message:
+//
+//   - handed off: a write that commits in a process gives its messages to
+//     one of that process's relays in memory (Handoff), which publishes them
+//     at once and deletes their rows in batches. Nothing is claimed or
+//     marked, and the writer's commit is the only wait on the way to NATS.
+//   - claimed: a relay polls for due rows nobody published — rows whose
+//     hand-off grace has passed (their process died, or its relays fell
+//     behind), delayed retries, rows written by a process without relays —
+//     claims them in batches (FOR UPDATE SKIP LOCKED, as a lease), publishes
+//     them, waits for the PubAcks and deletes them; a message NATS refuses
+//     is counted and, after MaxFailures refusals, parked.
+//
+// Any number of relays may run against one database: claims are disjoint. A
+// crash between PubAck and delete only causes a re-publish (after the
+// grace, or the lease), which JetStream's duplicate window or the consumers'
+// ledger checks absorb.
 package outbox
 
 import (
@@ -15,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -50,8 +61,9 @@ type Config struct {
 	// each claim (default 1s): a relay that cannot reach NATS claims
 	// nothing, and leaves the rows to relays that can.
 	ProbeTimeout time.Duration
-	// Wake, when set, signals rows committed in this process (Waker.Subscribe).
-	Wake <-chan struct{}
+	// Handoff, when set, brings messages committed in this process
+	// (Handoff.Take): the relay publishes them as they come.
+	Handoff <-chan []store.Message
 }
 
 func (c *Config) setDefaults() {
@@ -88,6 +100,14 @@ type Relay struct {
 	store *store.Store
 	bus   *bus.Bus
 	log   zerolog.Logger
+	// claimed and handedOff count the messages published each way.
+	claimed, handedOff atomic.Int64
+}
+
+// Published returns how many messages the relay has published from rows it
+// claimed and from hand-offs.
+func (r *Relay) Published() (claimed, handedOff int64) {
+	return r.claimed.Load(), r.handedOff.Load()
 }
 
 // New returns a relay; call Run.
@@ -98,8 +118,14 @@ func New(cfg Config, st *store.Store, b *bus.Bus, log zerolog.Logger) *Relay {
 
 // Run relays until ctx ends. It returns ctx's error.
 func (r *Relay) Run(ctx context.Context) error {
-	wake := make(chan struct{}, 1)
-	go r.store.ListenOutbox(ctx, wake) //nolint:errcheck // returns ctx.Err() when ctx ends
+	if r.cfg.Handoff != nil {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			r.runHandoff(ctx)
+		}()
+	}
 	tick := time.NewTicker(r.cfg.PollInterval)
 	defer tick.Stop()
 	for {
@@ -113,14 +139,104 @@ func (r *Relay) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-wake:
-		case <-r.cfg.Wake:
 		case <-tick.C:
 		}
 	}
 }
 
-// RunOnce claims one batch, publishes it and marks what JetStream
+// runHandoff publishes handed-off messages until ctx ends: whatever has
+// come in by the time the previous batch is acknowledged goes out as the
+// next batch, and the acknowledged rows are deleted by a second goroutine,
+// so that publishing never waits for Postgres. A message whose publish
+// fails is left alone: its row is claimed (and its failures counted) once
+// its grace has passed.
+func (r *Relay) runHandoff(ctx context.Context) {
+	acked := make(chan []string, 64)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.deleteHandedOff(ctx, acked)
+	}()
+	defer func() { close(acked); <-done }()
+	var batch []store.Message
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			return
+		case due := <-r.cfg.Handoff:
+			batch = append(batch, due...)
+		}
+	more:
+		for len(batch) < r.cfg.BatchSize {
+			select {
+			case due := <-r.cfg.Handoff:
+				batch = append(batch, due...)
+			default:
+				break more
+			}
+		}
+		if !r.bus.Conn().IsConnected() {
+			// Disconnected (reconnecting): leave these to the claims,
+			// which wait for NATS to answer, rather than buffer them.
+			continue
+		}
+		msgs := make([]bus.Message, len(batch))
+		for i, m := range batch {
+			msgs[i] = bus.Message{Subject: m.Subject, MsgID: m.MsgID, Header: m.Header, Data: m.Payload}
+		}
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+		errs := r.bus.PublishBatch(pctx, msgs)
+		cancel()
+		ids := make([]string, 0, len(batch))
+		var failed error
+		for i, err := range errs {
+			if err == nil {
+				ids = append(ids, batch[i].MsgID)
+			} else {
+				failed = cmp.Or(failed, err)
+			}
+		}
+		if failed != nil && ctx.Err() == nil {
+			r.log.Warn().Err(failed).Int("failed", len(batch)-len(ids)).Int("of", len(batch)).
+				Msg("publishing handed-off messages failed; their rows will be claimed")
+		}
+		if len(ids) > 0 {
+			r.handedOff.Add(int64(len(ids)))
+			failpoint.Hit(failpoint.RelayBeforeMark)
+			acked <- ids
+		}
+	}
+}
+
+// deleteHandedOff deletes the rows of acknowledged messages, as many per
+// statement as have arrived, until acked is closed. The deletes run even
+// after ctx ends: the messages are already in JetStream.
+func (r *Relay) deleteHandedOff(ctx context.Context, acked <-chan []string) {
+	dctx := context.WithoutCancel(ctx)
+	for ids := range acked {
+	more:
+		for len(ids) < 4*r.cfg.BatchSize {
+			select {
+			case next, ok := <-acked:
+				if !ok {
+					break more
+				}
+				ids = append(ids, next...)
+			default:
+				break more
+			}
+		}
+		if _, err := r.store.OutboxSentByMsgID(dctx, ids); err != nil {
+			// The rows stay; once their grace has passed a relay claims
+			// them and publishes them again with the same msg ids: a
+			// duplicate, absorbed downstream.
+			r.log.Warn().Err(err).Int("rows", len(ids)).Msg("could not delete published rows; they will be published again")
+		}
+	}
+}
+
+// RunOnce claims one batch, publishes it and deletes what JetStream
 // acknowledged. It returns how many rows it published.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	// Every relay sees every row (NOTIFY, polling), whatever its own NATS
@@ -162,16 +278,17 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		}
 	}
 	if len(sent) > 0 {
+		r.claimed.Add(int64(len(sent)))
 		failpoint.Hit(failpoint.RelayBeforeMark)
 	}
-	// Marking runs even if ctx ended: the messages are already in JetStream.
+	// Deleting runs even if ctx ended: the messages are already in JetStream.
 	mctx := context.WithoutCancel(ctx)
 	var errs2 []error
 	if len(sent) > 0 {
-		if _, err := r.store.OutboxMarkSent(mctx, r.cfg.ID, sent); err != nil {
+		if _, err := r.store.OutboxSent(mctx, r.cfg.ID, sent); err != nil {
 			// Rows stay claimed until the lease ends, then are re-published with
 			// the same msg id: a duplicate, absorbed downstream.
-			errs2 = append(errs2, fmt.Errorf("mark %d rows sent: %w", len(sent), err))
+			errs2 = append(errs2, fmt.Errorf("delete %d published rows: %w", len(sent), err))
 		}
 	}
 	if len(transport) > 0 {

@@ -121,7 +121,7 @@ func (b bundle) drained() bool {
 	return err == nil && unsent == 0
 }
 
-func runRelay(t *testing.T, b bundle, cfg outbox.Config) {
+func runRelay(t *testing.T, b bundle, cfg outbox.Config) *outbox.Relay {
 	t.Helper()
 	ctx, cancel := context.WithCancel(b.Ctx)
 	done := make(chan struct{})
@@ -131,6 +131,7 @@ func runRelay(t *testing.T, b bundle, cfg outbox.Config) {
 		_ = r.Run(ctx) // returns ctx.Err()
 	}()
 	t.Cleanup(func() { cancel(); <-done })
+	return r
 }
 
 // Three relays drain one outbox of 500 rows. Each row must be claimed and
@@ -146,8 +147,9 @@ func TestRelaysPublishEveryRowOnce(t *testing.T) {
 	const n = 500
 	want := b.enqueue(t, "multi", n)
 
+	var relays []*outbox.Relay
 	for i := range 3 {
-		runRelay(t, b, outbox.Config{ID: fmt.Sprintf("relay-%d", i), BatchSize: 20, PollInterval: 50 * time.Millisecond})
+		relays = append(relays, runRelay(t, b, outbox.Config{ID: fmt.Sprintf("relay-%d", i), BatchSize: 20, PollInterval: 50 * time.Millisecond}))
 	}
 	require.Eventually(t, b.drained, 15*time.Second, 20*time.Millisecond, "the relays did not drain the outbox")
 
@@ -162,19 +164,20 @@ func TestRelaysPublishEveryRowOnce(t *testing.T) {
 		require.Equal(t, 1, k, "msg id %s was published %d times", id, k)
 	}
 
-	relays := map[string]int{}
-	for _, r := range b.Outbox(t) {
-		require.Equal(t, 1, r.PublishCount, "row %s was claimed %d times", r.MsgID, r.PublishCount)
-		require.NotNil(t, r.SentAt, "row %s", r.MsgID)
-		relays[r.ClaimedBy]++
-	}
+	require.Empty(t, b.Outbox(t), "published rows are deleted")
 	// Not the rule itself, but proof the test exercised it: the rows were
 	// shared between relays rather than drained by one before the others started.
-	require.GreaterOrEqual(t, len(relays), 2, "claims per relay: %v", relays)
+	shared := 0
+	for _, r := range relays {
+		if claimed, _ := r.Published(); claimed > 0 {
+			shared++
+		}
+	}
+	require.GreaterOrEqual(t, shared, 2, "relays that published claimed rows")
 }
 
-// A relay crashes after JetStream acknowledged its batch but before it marked
-// the rows sent. Simulated here: the test claims a batch under relay
+// A relay crashes after JetStream acknowledged its batch but before it
+// deleted the rows. Simulated here: the test claims a batch under relay
 // "crashed", publishes it with bus.PublishBatch, and never marks it. Once the
 // lease has passed (the store's injected clock moves 31s on), a live relay
 // claims the rows again and re-publishes them with the same msg ids:
@@ -205,7 +208,7 @@ func TestRelayRepublishesAfterCrashBetweenPubAckAndMark(t *testing.T) {
 	for i, err := range b.Bus.PublishBatch(b.Ctx, msgs) {
 		require.NoError(t, err, "publish %s", msgs[i].MsgID)
 	}
-	// The relay dies here: PubAcks received, rows not marked.
+	// The relay dies here: PubAcks received, rows not deleted.
 	require.Equal(t, uint64(n), b.StreamMsgs(t, wire.StreamOps))
 
 	r := outbox.New(outbox.Config{ID: "survivor", Lease: lease}, b.Store, b.Bus, b.Log)
@@ -228,17 +231,14 @@ func TestRelayRepublishesAfterCrashBetweenPubAckAndMark(t *testing.T) {
 	for id, k := range b.published.snapshot() {
 		require.Equal(t, 2, k, "msg id %s", id)
 	}
-	for _, row := range b.Outbox(t) {
-		require.Equal(t, 2, row.PublishCount, "row %s", row.MsgID)
-		require.Equal(t, "survivor", row.ClaimedBy)
-	}
+	require.Empty(t, b.Outbox(t), "the survivor deleted what it published")
 }
 
 // openStore opens a second store on the test's database, as another process
-// would, calling onOutbox after each commit that wrote outbox rows.
-func (b bundle) openStore(t *testing.T, onOutbox func()) *store.Store {
+// would, handing what commits to h.
+func (b bundle) openStore(t *testing.T, h *outbox.Handoff, clock func() time.Time) *store.Store {
 	t.Helper()
-	st, err := store.Open(b.Ctx, b.DBURL, store.Options{MaxConns: 4, OnOutbox: onOutbox})
+	st, err := store.Open(b.Ctx, b.DBURL, store.Options{MaxConns: 4, OnOutbox: h.Give, Clock: clock})
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	return st
@@ -253,71 +253,75 @@ func (b bundle) enqueueVia(t *testing.T, st *store.Store, id string) {
 }
 
 // startAfterFirstPass commits a row before the relay starts and waits until it is
-// sent: the relay's first pass is then over, and it waits on its wake-ups or
+// sent: the relay's first pass is then over, and it waits on its hand-offs or
 // its poll.
-func (b bundle) startAfterFirstPass(t *testing.T, cfg outbox.Config) {
+func (b bundle) startAfterFirstPass(t *testing.T, cfg outbox.Config) *outbox.Relay {
 	t.Helper()
 	b.enqueue(t, "before", 1)
-	runRelay(t, b, cfg)
+	r := runRelay(t, b, cfg)
 	require.Eventually(t, b.drained, 5*time.Second, 10*time.Millisecond, "the relay's first pass publishes what is already there")
+	return r
 }
 
-// A row committed by another process while a relay waits on a one-minute
-// poll is published within seconds: the writer's Waker sends a NOTIFY after
-// the commit, and the relay's LISTEN connection wakes it. The relay here has
-// no in-process wake-up (Config.Wake is nil), so only the NOTIFY can do it.
+// A row committed in the relay's process while the relay waits on a
+// one-minute poll is published at once, from memory: the store hands the
+// committed message to the relay (Handoff), which publishes it and deletes
+// its row without ever claiming it.
 //
-// Breaking it: a store that does not call OnOutbox after the commit, a Waker
-// that does not NOTIFY, or a relay that does not listen or ignores the
-// notification leaves the row for the next poll a minute later, and the
-// Eventually below fails.
-func TestNotifyWakesRelayInAnotherProcess(t *testing.T) {
+// Breaking it: a store that does not call OnOutbox after commits that
+// queued messages, or a relay that ignores Config.Handoff, leaves the row
+// for the claims, which may take it only after the hand-off grace and
+// then at the next poll, a minute later; a relay that does not delete what
+// it published leaves the row in the outbox.
+func TestHandedOffMessagesArePublishedAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, pipetest.Options{})
-	b.startAfterFirstPass(t, outbox.Config{ID: "sleepy", PollInterval: time.Minute})
-	// Wait until the relay's connection has run LISTEN (a NOTIFY before that is lost).
-	require.Eventually(t, func() bool {
-		// Conditions of Eventually run on another goroutine: no require in them.
-		var n int
-		err := b.DB.QueryRow(b.Ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND state = 'idle' AND query ILIKE 'LISTEN %'`).Scan(&n)
-		return err == nil && n == 1
-	}, 5*time.Second, 10*time.Millisecond, "the relay never listened")
-
-	// The writing process: its store kicks its Waker after each commit.
-	var waker *outbox.Waker
-	writer := b.openStore(t, func() { waker.Kick() })
-	waker = outbox.NewWaker(writer, 0)
-	ctx, cancel := context.WithCancel(b.Ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); waker.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	b.enqueueVia(t, writer, "after-0000")
-	require.Eventually(t, b.drained, 5*time.Second, 10*time.Millisecond,
-		"a row committed elsewhere while the relay waits is published long before its one-minute poll")
-	require.Equal(t, uint64(2), b.StreamMsgs(t, wire.StreamOps))
-}
-
-// In one process the Waker wakes the local relays directly (Config.Wake),
-// without a round trip through Postgres: no NOTIFY is sent here at all (the
-// Waker's Run loop, which sends them, is not started).
-//
-// Breaking it: a store that does not call OnOutbox after commits that wrote
-// outbox rows, or a relay that ignores Config.Wake, leaves the row for the
-// one-minute poll.
-func TestWakerWakesLocalRelay(t *testing.T) {
-	t.Parallel()
-	b := setup(t, pipetest.Options{})
-	var waker *outbox.Waker
-	st := b.openStore(t, func() { waker.Kick() })
-	waker = outbox.NewWaker(st, 0)
-	b.startAfterFirstPass(t, outbox.Config{ID: "local", PollInterval: time.Minute, Wake: waker.Subscribe()})
+	h := outbox.NewHandoff()
+	st := b.openStore(t, h, nil)
+	r := b.startAfterFirstPass(t, outbox.Config{ID: "local", PollInterval: time.Minute, Handoff: h.Take()})
 
 	b.enqueueVia(t, st, "after-0000")
-	require.Eventually(t, b.drained, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return len(b.published.snapshot()) == 2 }, 5*time.Second, 5*time.Millisecond,
 		"a row committed in this process is published long before the relay's one-minute poll")
+	require.Eventually(t, func() bool { n, _ := b.Store.OutboxUnsent(b.Ctx); return n == 0 }, 5*time.Second, 5*time.Millisecond,
+		"its row is deleted")
+	claimed, handedOff := r.Published()
+	require.Equal(t, int64(1), claimed, "only the row from before the relay started was claimed")
+	require.Equal(t, int64(1), handedOff)
 	require.Equal(t, uint64(2), b.StreamMsgs(t, wire.StreamOps))
+	require.Zero(t, h.Missed())
+}
+
+// A message handed to no relay (the process's relays are busy, or it dies
+// with the hand-off in memory) is still published, by a claim, but only
+// once its hand-off grace has passed on the database's clock: before that
+// its row belongs to the relay it was handed to. The clock is injected.
+//
+// Breaking it: writing handed-off rows due at once lets every polling relay
+// of every process claim them while the relay they were handed to
+// publishes them too (two publishes of one message at every commit); never
+// claiming them loses the message when the process dies.
+func TestUnpublishedHandOffIsClaimedAfterItsGrace(t *testing.T) {
+	t.Parallel()
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	b := setup(t, pipetest.Options{Clock: clock})
+	h := outbox.NewHandoff() // no relay takes from it
+	st := b.openStore(t, h, clock)
+	b.enqueueVia(t, st, "orphan-0000")
+	require.Equal(t, int64(1), h.Missed())
+
+	r := outbox.New(outbox.Config{ID: "poller"}, b.Store, b.Bus, b.Log)
+	n, err := r.RunOnce(b.Ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "within its grace the row is not claimable")
+
+	now.Add(int64(store.DefaultHandoffGrace + time.Millisecond))
+	n, err = r.RunOnce(b.Ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "after its grace any relay claims it")
+	require.Empty(t, b.Outbox(t))
 }
 
 // A relay whose NATS is unreachable (here: the server is gone) claims

@@ -1,72 +1,62 @@
 package outbox
 
 import (
-	"context"
 	"sync"
-	"time"
+	"sync/atomic"
 
 	"github.com/opledger/opledger/internal/store"
 )
 
-// Waker tells relays that outbox rows have committed. Kick it after commits
-// (store.Options.OnOutbox): it wakes the relays of this process at once and
-// sends one NOTIFY for the relays of other processes, at most once per MinGap.
-// Kicks that arrive while a NOTIFY is pending coalesce into it.
-type Waker struct {
-	st     *store.Store
-	minGap time.Duration
-	kick   chan struct{}
+// Handoff carries the messages that commit in this process to its relays,
+// which publish them from memory: the writer does not wait for a relay to
+// claim its rows back from the table, and the rows are never claimed or
+// marked, only deleted once JetStream has them.
+//
+// Give it to every store of the process as store.Options.OnOutbox, and one
+// Take channel to each relay (Config.Handoff). A hand-off is a hint: the
+// rows are in the outbox whatever happens to it, and any relay claims them
+// once their hand-off grace has passed (store.Options.HandoffGrace), so a
+// hand-off that finds every relay busy, or a process that dies holding one,
+// costs only that delay.
+type Handoff struct {
 	mu     sync.Mutex
-	subs   []chan struct{}
+	queues []chan []store.Message
+	next   int
+	missed atomic.Int64
 }
 
-// NewWaker returns a waker that notifies through st. minGap ≤ 0 means 5ms.
-func NewWaker(st *store.Store, minGap time.Duration) *Waker {
-	if minGap <= 0 {
-		minGap = 5 * time.Millisecond
-	}
-	return &Waker{st: st, minGap: minGap, kick: make(chan struct{}, 1)}
-}
+// handoffQueue is how many committed writes a relay may have waiting.
+const handoffQueue = 4096
 
-// Kick records that rows committed. It never blocks.
-func (w *Waker) Kick() {
-	w.mu.Lock()
-	for _, c := range w.subs {
+// NewHandoff returns a hand-off with no relays yet.
+func NewHandoff() *Handoff { return &Handoff{} }
+
+// Give hands messages that have committed to one of the relays (round
+// robin, skipping full queues). It never blocks; when every queue is full
+// the messages are left to the relays' claims.
+func (h *Handoff) Give(due []store.Message) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for range h.queues {
+		q := h.queues[h.next%len(h.queues)]
+		h.next++
 		select {
-		case c <- struct{}{}:
+		case q <- due:
+			return
 		default:
 		}
 	}
-	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
+	h.missed.Add(1)
 }
 
-// Subscribe returns a channel that receives a signal after kicks.
-func (w *Waker) Subscribe() <-chan struct{} {
-	c := make(chan struct{}, 1)
-	w.mu.Lock()
-	w.subs = append(w.subs, c)
-	w.mu.Unlock()
-	return c
+// Take returns a new relay's queue.
+func (h *Handoff) Take() <-chan []store.Message {
+	q := make(chan []store.Message, handoffQueue)
+	h.mu.Lock()
+	h.queues = append(h.queues, q)
+	h.mu.Unlock()
+	return q
 }
 
-// Run sends the NOTIFYs until ctx ends. A failed NOTIFY is not retried: the
-// other processes' relays poll.
-func (w *Waker) Run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.kick:
-		}
-		_ = w.st.NotifyOutbox(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(w.minGap):
-		}
-	}
-}
+// Missed counts hand-offs that found no relay with room (or no relay).
+func (h *Handoff) Missed() int64 { return h.missed.Load() }

@@ -50,48 +50,37 @@ type EntityLease struct {
 }
 
 // BeginLeasedAttempt is BeginAttempt for a tool whose operations hold their
-// entity's lease while in flight. In one transaction, under a lock on the
-// entity: the lease goes to the oldest waiting operation of the leased
-// tools, and only if it is free, expired, or already this operation's;
-// then the claim. Errors: ErrLeaseBusy, and those of BeginAttempt.
+// entity's lease while in flight, in one statement: the lease goes to the
+// oldest waiting operation of the leased tools, and only if it is free,
+// expired, or already this operation's; then the claim. An operation with
+// no entity is claimed without a lease. Errors: ErrLeaseBusy, and those of
+// BeginAttempt.
 func (s *Store) BeginLeasedAttempt(ctx context.Context, operationID string, epoch int64, worker string, timeout time.Duration,
 	lease EntityLease) (*op.Operation, *op.Attempt, error) {
-	var o *op.Operation
-	var att *op.Attempt
-	err := s.InTx(ctx, func(tx *Tx) error {
-		cur, err := tx.Operation(ctx, operationID)
-		if err != nil {
-			return err
-		}
-		if cur.State != op.StatePendingDispatch || cur.LeaseEpoch != epoch || cur.EntityID == "" {
-			if cur.EntityID == "" {
-				o, att, err = s.beginAttempt(ctx, tx.reads, operationID, epoch, worker, timeout)
-				return err
-			}
-			return &op.StaleError{OperationID: operationID, WantState: op.StatePendingDispatch, WantEpoch: epoch, GotState: cur.State, GotEpoch: cur.LeaseEpoch}
-		}
-		if err := tx.q.XactLock(ctx, "entity:"+cur.EntityType+":"+cur.EntityID); err != nil {
-			return translate(err)
-		}
-		waiting, err := tx.q.EntityOlderWaiting(ctx, dbsqlc.EntityOlderWaitingParams{EntityType: cur.EntityType, EntityID: cur.EntityID,
-			OperationID: cur.ID, Tools: nonNil(lease.Tools), CreatedAt: cur.CreatedAt})
-		if err != nil {
-			return translate(err)
-		}
-		if waiting {
-			return ErrLeaseBusy
-		}
-		_, err = tx.q.LeaseAcquire(ctx, dbsqlc.LeaseAcquireParams{EntityType: cur.EntityType, EntityID: cur.EntityID, OperationID: cur.ID,
-			TtlSeconds: max(lease.TTL, timeout).Seconds(), Now: tx.now()})
-		if isNotFound(translate(err)) {
-			return ErrLeaseBusy
-		} else if err != nil {
-			return translate(err)
-		}
-		o, att, err = s.beginAttempt(ctx, tx.reads, operationID, epoch, worker, timeout)
-		return err
+	if _, err := op.Transition(op.StatePendingDispatch, op.EventDispatch); err != nil {
+		return nil, nil, err // the state machine and this statement must agree
+	}
+	attemptID := op.NewID("att")
+	row, err := s.q.OperationDispatchLeased(ctx, dbsqlc.OperationDispatchLeasedParams{
+		ID: operationID, LeaseEpoch: epoch, Tools: nonNil(lease.Tools), Now: s.now(),
+		TtlSeconds: max(lease.TTL, timeout).Seconds(), AttemptID: attemptID, Worker: worker, TimeoutSeconds: timeout.Seconds(),
 	})
-	return o, att, err
+	if err == nil {
+		return claimedAttempt(dbsqlc.Operation(row), attemptID, worker, timeout)
+	}
+	if err = translate(err); !isNotFound(err) {
+		return nil, nil, fmt.Errorf("claim operation %s: %w", operationID, err)
+	}
+	cur, err := s.Operation(ctx, operationID)
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case cur.State != op.StatePendingDispatch || cur.LeaseEpoch != epoch:
+		return nil, nil, &op.StaleError{OperationID: operationID, WantState: op.StatePendingDispatch, WantEpoch: epoch, GotState: cur.State, GotEpoch: cur.LeaseEpoch}
+	case cur.EntityID == "":
+		return s.BeginAttempt(ctx, operationID, epoch, worker, timeout)
+	}
+	return nil, nil, ErrLeaseBusy
 }
 
 func (s *Store) beginAttempt(ctx context.Context, r reads, operationID string, epoch int64, worker string, timeout time.Duration) (*op.Operation, *op.Attempt, error) {
@@ -106,7 +95,12 @@ func (s *Store) beginAttempt(ctx context.Context, r reads, operationID string, e
 	if err != nil {
 		return nil, nil, r.staleOr(ctx, operationID, op.StatePendingDispatch, epoch, err)
 	}
-	o := toOperation(dbsqlc.Operation(row))
+	return claimedAttempt(dbsqlc.Operation(row), attemptID, worker, timeout)
+}
+
+// claimedAttempt is the operation a claim returned and the attempt it began.
+func claimedAttempt(row dbsqlc.Operation, attemptID, worker string, timeout time.Duration) (*op.Operation, *op.Attempt, error) {
+	o := toOperation(row)
 	return o, &op.Attempt{
 		ID: attemptID, OperationID: o.ID, Number: o.AttemptCount, LeaseEpoch: o.LeaseEpoch,
 		Worker: worker, StartedAt: o.UpdatedAt, DeadlineAt: o.UpdatedAt.Add(timeout),

@@ -119,16 +119,6 @@ func (r reads) Leader(ctx context.Context) (holder string, heartbeat time.Time, 
 	return row.Holder, row.HeartbeatAt, nil
 }
 
-// DeleteSentOutbox deletes up to limit outbox rows published more than
-// olderThan ago. It returns how many it deleted.
-func (s *Store) DeleteSentOutbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	n, err := s.q.OutboxDeleteSent(ctx, dbsqlc.OutboxDeleteSentParams{OlderThanSeconds: olderThan.Seconds(), MaxRows: int32(limit), Now: s.now()})
-	if err != nil {
-		return 0, fmt.Errorf("retention: outbox: %w", translate(err))
-	}
-	return n, nil
-}
-
 // DeleteRejectedInbox deletes up to limit rejected inbox rows received more
 // than olderThan ago. It returns how many it deleted.
 func (s *Store) DeleteRejectedInbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {

@@ -107,9 +107,9 @@ type Change struct {
 
 // Transition applies c in one statement on the pool: see Tx.Transition.
 func (s *Store) Transition(ctx context.Context, c Change) (*op.Operation, error) {
-	o, wrote, err := s.reads.transition(ctx, c)
-	if err == nil && wrote && s.onOutbox != nil {
-		s.onOutbox()
+	o, due, err := s.reads.transition(ctx, c)
+	if err == nil {
+		s.handOff(due)
 	}
 	return o, err
 }
@@ -126,14 +126,18 @@ func (s *Store) Transition(ctx context.Context, c Change) (*op.Operation, error)
 // nothing (c.Finish is recorded all the same); op.ErrNotFound when there is
 // no such operation; op.ErrInvalid when the database refuses a value.
 func (t *Tx) Transition(ctx context.Context, c Change) (*op.Operation, error) {
-	o, wrote, err := t.reads.transition(ctx, c)
-	t.wroteOutbox = t.wroteOutbox || wrote
+	o, due, err := t.reads.transition(ctx, c)
+	if err == nil {
+		t.due = append(t.due, due...)
+	}
 	return o, err
 }
 
-func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wroteOutbox bool, err error) {
+// transition returns, besides the operation, the messages due at once it
+// queued (none when the operation did not change).
+func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, due []Message, err error) {
 	if len(c.Events) == 0 {
-		return nil, false, fmt.Errorf("operation %s: a change needs at least one event: %w", c.OperationID, op.ErrInvalid)
+		return nil, nil, fmt.Errorf("operation %s: a change needs at least one event: %w", c.OperationID, op.ErrInvalid)
 	}
 	p := dbsqlc.OperationTransitionParams{
 		ID: c.OperationID, FromState: string(c.From), LeaseEpoch: c.LeaseEpoch, BumpEpoch: c.BumpEpoch, Reopen: c.Reopen,
@@ -147,12 +151,12 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 	for i, ev := range c.Events {
 		to, err := op.Transition(from, ev)
 		if err != nil {
-			return nil, false, fmt.Errorf("operation %s: %w", c.OperationID, err)
+			return nil, nil, fmt.Errorf("operation %s: %w", c.OperationID, err)
 		}
 		var detail []byte
 		if i == len(c.Events)-1 {
 			if detail, err = encodeDetail(c.Detail); err != nil {
-				return nil, false, fmt.Errorf("operation %s: %w", c.OperationID, err)
+				return nil, nil, fmt.Errorf("operation %s: %w", c.OperationID, err)
 			}
 		}
 		p.Events, p.FromStates, p.ToStates = append(p.Events, string(ev)), append(p.FromStates, string(from)), append(p.ToStates, string(to))
@@ -169,7 +173,7 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 	}
 	completed := from == op.StateCompletedSuccess || from == op.StateCompletedNoop
 	p.SetError, p.ErrorCategory, p.Error = c.ErrorCategory != "" || completed, c.ErrorCategory, c.Error
-	var rows outboxRows
+	rows := outboxRows{grace: r.handoff}
 	if c.Outbox != nil {
 		// The operation as the statement will leave it, for the messages:
 		// the write is fenced, so nothing else changes it in between.
@@ -179,18 +183,18 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 		} else {
 			cur, err := r.q.OperationGet(ctx, c.OperationID)
 			if err != nil {
-				return nil, false, fmt.Errorf("operation %s: %w", c.OperationID, translate(err))
+				return nil, nil, fmt.Errorf("operation %s: %w", c.OperationID, translate(err))
 			}
 			after = *toOperation(cur)
 		}
 		applyChange(&after, c, from, r.now())
 		if err := rows.add(c.Outbox(&after)); err != nil {
-			return nil, false, err
+			return nil, nil, err
 		}
 	}
 	p.Subjects, p.MsgIds, p.Headers, p.Payloads, p.OperationIds, p.Delays = rows.columns()
 	if c.RequireLease && c.Finish == nil {
-		return nil, false, fmt.Errorf("operation %s: a change that requires the lease finishes an attempt: %w", c.OperationID, op.ErrInvalid)
+		return nil, nil, fmt.Errorf("operation %s: a change that requires the lease finishes an attempt: %w", c.OperationID, op.ErrInvalid)
 	}
 	var row dbsqlc.Operation
 	if a := c.Finish; a != nil {
@@ -220,11 +224,11 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, wrote
 		if c.RequireLease && errors.As(err, &stale) && stale.GotState == c.From && stale.GotEpoch == c.LeaseEpoch {
 			// The operation is as the writer expected: what it lacks is
 			// its entity's lease.
-			return nil, false, fmt.Errorf("operation %s: %w", c.OperationID, ErrLeaseLost)
+			return nil, nil, fmt.Errorf("operation %s: %w", c.OperationID, ErrLeaseLost)
 		}
-		return nil, false, err
+		return nil, nil, err
 	}
-	return toOperation(row), len(rows.msgIDs) > 0, nil
+	return toOperation(row), rows.due, nil
 }
 
 // ErrLeaseLost: a change that requires its operation's entity lease found

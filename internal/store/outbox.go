@@ -38,7 +38,7 @@ func (t *Tx) Enqueue(ctx context.Context, msgs ...Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	var rows outboxRows
+	rows := outboxRows{grace: t.handoff}
 	if err := rows.add(msgs); err != nil {
 		return err
 	}
@@ -48,15 +48,20 @@ func (t *Tx) Enqueue(ctx context.Context, msgs ...Message) error {
 	if err != nil {
 		return fmt.Errorf("outbox: insert %d messages: %w", len(msgs), translate(err))
 	}
-	t.wroteOutbox = true
+	t.due = append(t.due, rows.due...)
 	return nil
 }
 
 // outboxRows is messages as the column arrays the insert statements unnest.
 type outboxRows struct {
+	// grace delays the rows of messages due at once, which are handed to
+	// the process's relay after the commit (Options.HandoffGrace).
+	grace                          time.Duration
 	subjects, msgIDs, operationIDs []string
 	headers, payloads              [][]byte
 	delays                         []float64 // seconds
+	// due are the messages due at once.
+	due []Message
 }
 
 // columns returns the arrays the statements unnest, never nil.
@@ -81,7 +86,12 @@ func (r *outboxRows) add(msgs []Message) error {
 		r.headers = append(r.headers, hdr)
 		r.payloads = append(r.payloads, m.Payload)
 		r.operationIDs = append(r.operationIDs, m.OperationID)
-		r.delays = append(r.delays, max(m.Delay, 0).Seconds())
+		delay := m.Delay
+		if delay <= 0 {
+			delay = r.grace
+			r.due = append(r.due, m)
+		}
+		r.delays = append(r.delays, delay.Seconds())
 	}
 	return nil
 }
@@ -114,12 +124,22 @@ func (s *Store) OutboxClaim(ctx context.Context, relay string, max int, lease ti
 	return out, nil
 }
 
-// OutboxMarkSent marks rows that relay claimed as published; it returns how
-// many it marked (rows another relay claimed since are not).
-func (s *Store) OutboxMarkSent(ctx context.Context, relay string, ids []int64) (int64, error) {
-	n, err := s.q.OutboxMarkSent(ctx, dbsqlc.OutboxMarkSentParams{Ids: ids, ClaimedBy: relay, Now: s.now()})
+// OutboxSent deletes rows that relay claimed and published; it returns how
+// many it deleted (rows another relay claimed since are not).
+func (s *Store) OutboxSent(ctx context.Context, relay string, ids []int64) (int64, error) {
+	n, err := s.q.OutboxDeletePublished(ctx, dbsqlc.OutboxDeletePublishedParams{Ids: ids, ClaimedBy: relay})
 	if err != nil {
-		return 0, fmt.Errorf("outbox mark sent: %w", translate(err))
+		return 0, fmt.Errorf("outbox delete published: %w", translate(err))
+	}
+	return n, nil
+}
+
+// OutboxSentByMsgID deletes the rows of handed-off messages (see
+// Options.OnOutbox) that were published; it returns how many it deleted.
+func (s *Store) OutboxSentByMsgID(ctx context.Context, msgIDs []string) (int64, error) {
+	n, err := s.q.OutboxDeleteHandedOff(ctx, msgIDs)
+	if err != nil {
+		return 0, fmt.Errorf("outbox delete handed off: %w", translate(err))
 	}
 	return n, nil
 }

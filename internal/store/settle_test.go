@@ -183,16 +183,16 @@ func TestOutboxParksWhatNATSRefuses(t *testing.T) {
 	tick()
 	id := claimOne("fine")
 	require.NotZero(t, id)
-	marked, err := st.OutboxMarkSent(ctx, "relay-b", []int64{id})
+	marked, err := st.OutboxSent(ctx, "relay-b", []int64{id})
 	require.NoError(t, err)
 	require.Zero(t, marked)
-	marked, err = st.OutboxMarkSent(ctx, "relay-a", []int64{id})
+	marked, err = st.OutboxSent(ctx, "relay-a", []int64{id})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, marked)
 }
 
-// Retention deletes published outbox rows and rejected inbox rows past
-// their periods, and nothing else.
+// Retention deletes rejected inbox rows past their period, and nothing
+// else.
 func TestRetentionDeletesOnlyWhatIsDue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -209,30 +209,19 @@ func TestRetentionDeletesOnlyWhatIsDue(t *testing.T) {
 	require.NoError(t, err)
 	_, err = st.Submit(ctx, store.Submission{Source: "nats:intents", EventID: "evt_bad", Payload: []byte("garbage"), RejectReason: "not JSON"})
 	require.NoError(t, err)
-	rows, err := st.OutboxClaim(ctx, "r", 10, time.Minute)
-	require.NoError(t, err)
-	require.Len(t, rows, 1)
-	_, err = st.OutboxMarkSent(ctx, "r", []int64{rows[0].ID})
-	require.NoError(t, err)
 	require.NoError(t, st.InTx(ctx, func(tx *store.Tx) error { return tx.Enqueue(ctx, msg("unsent", res.Operation.ID, time.Hour)) }))
 
-	n, err := st.DeleteSentOutbox(ctx, time.Hour, 100)
-	require.NoError(t, err)
-	require.Zero(t, n, "too young")
-	n, err = st.DeleteRejectedInbox(ctx, 24*time.Hour, 100)
+	n, err := st.DeleteRejectedInbox(ctx, 24*time.Hour, 100)
 	require.NoError(t, err)
 	require.Zero(t, n, "too young")
 
 	advance(25 * time.Hour)
-	n, err = st.DeleteSentOutbox(ctx, time.Hour, 100)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n, "the published row")
 	n, err = st.DeleteRejectedInbox(ctx, 24*time.Hour, 100)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "the rejected row")
 	unsent, err := st.OutboxUnsent(ctx)
 	require.NoError(t, err)
-	require.EqualValues(t, 1, unsent, "an unsent row is never deleted")
+	require.EqualValues(t, 2, unsent, "an unsent row is never deleted")
 	_, err = st.InboxEntry(ctx, "nats:intents", "evt_ok")
 	require.NoError(t, err, "an accepted event is kept")
 	_, err = st.InboxEntry(ctx, "nats:intents", "evt_bad")

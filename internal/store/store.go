@@ -10,6 +10,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,8 +30,9 @@ import (
 type Store struct {
 	reads
 	pool *pgxpool.Pool
-	// onOutbox is called after a transaction that wrote outbox rows commits.
-	onOutbox func()
+	// onOutbox is called after a write that queued messages due at once
+	// commits, with those messages (Options.OnOutbox).
+	onOutbox func(due []Message)
 	// timeout bounds statements without a deadline (Options.StatementTimeout).
 	timeout time.Duration
 }
@@ -40,6 +42,8 @@ type reads struct {
 	q *dbsqlc.Queries
 	// clock, when set, replaces the database's now() everywhere (tests).
 	clock func() time.Time
+	// handoff is Options.HandoffGrace when messages are handed off.
+	handoff time.Duration
 }
 
 // now returns the injected time, or nil to let the database use now().
@@ -57,9 +61,19 @@ type Options struct {
 	MaxConns int32
 	// Clock replaces the database's now() in writes; nil uses the database clock.
 	Clock func() time.Time
-	// OnOutbox, when set, is called after every commit of a transaction that
-	// wrote outbox rows (to wake relays; see internal/outbox.Waker). It must not block.
-	OnOutbox func()
+	// OnOutbox, when set, is called after every commit of a write that
+	// queued messages due at once, with those messages, so that a relay of
+	// this process publishes them from memory instead of claiming them back
+	// from the table (see internal/outbox.Waker). It must not block, and it
+	// must not keep or change the slice's messages beyond publishing them.
+	OnOutbox func(due []Message)
+	// HandoffGrace is how long the rows of messages handed to OnOutbox are
+	// left to the relay they were handed to before any relay may claim them
+	// (default DefaultHandoffGrace; ignored without OnOutbox): they are
+	// written due that long after the commit. A relay that takes longer, or
+	// a process that dies first, only costs a re-publish (same Nats-Msg-Id)
+	// or that much delay.
+	HandoffGrace time.Duration
 	// StatementTimeout bounds each statement whose context has no deadline
 	// (default DefaultStatementTimeout; negative: no bound), so that a
 	// process cut off from Postgres fails fast instead of waiting for TCP.
@@ -100,7 +114,11 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 		pool.Close()
 		return nil, fmt.Errorf("store: ping: %w", err)
 	}
-	return &Store{reads: reads{q: dbsqlc.New(wrapDeadline(pool, opts.StatementTimeout)), clock: opts.Clock}, pool: pool,
+	var handoff time.Duration
+	if opts.OnOutbox != nil {
+		handoff = cmp.Or(max(opts.HandoffGrace, 0), DefaultHandoffGrace)
+	}
+	return &Store{reads: reads{q: dbsqlc.New(wrapDeadline(pool, opts.StatementTimeout)), clock: opts.Clock, handoff: handoff}, pool: pool,
 		onOutbox: opts.OnOutbox, timeout: opts.StatementTimeout}, nil
 }
 
@@ -139,8 +157,9 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 type Tx struct {
 	reads
 	tx pgx.Tx
-	// wroteOutbox records that the transaction added outbox rows.
-	wroteOutbox bool
+	// due are the messages due at once the transaction queued, handed to
+	// OnOutbox after it commits.
+	due []Message
 }
 
 // maxTxTries bounds retries of a transaction that failed with a deadlock or
@@ -171,7 +190,7 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(*Tx) error) error {
 		return translate(fmt.Errorf("begin: %w", err))
 	}
 	defer ptx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	tx := &Tx{reads: reads{q: dbsqlc.New(wrapDeadline(ptx, s.timeout)), clock: s.clock}, tx: ptx}
+	tx := &Tx{reads: reads{q: dbsqlc.New(wrapDeadline(ptx, s.timeout)), clock: s.clock, handoff: s.handoff}, tx: ptx}
 	if err := fn(tx); err != nil {
 		return translate(err)
 	}
@@ -180,10 +199,18 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(*Tx) error) error {
 	if err := ptx.Commit(cctx); err != nil {
 		return translate(fmt.Errorf("commit: %w", err))
 	}
-	if tx.wroteOutbox && s.onOutbox != nil {
-		s.onOutbox()
-	}
+	s.handOff(tx.due)
 	return nil
+}
+
+// DefaultHandoffGrace is Options.HandoffGrace's default.
+const DefaultHandoffGrace = time.Second
+
+// handOff gives committed messages due at once to OnOutbox.
+func (s *Store) handOff(due []Message) {
+	if len(due) > 0 && s.onOutbox != nil {
+		s.onOutbox(due)
+	}
 }
 
 // SQLSTATE codes translated once, here, by code and never by message text.
@@ -225,6 +252,13 @@ func isNotFound(err error) bool { return errors.Is(err, op.ErrNotFound) }
 
 // Submit runs Tx.Submit in its own transaction.
 func (s *Store) Submit(ctx context.Context, sub Submission) (*SubmitResult, error) {
+	if sub.simple() {
+		res, err := s.submitNew(ctx, sub)
+		if !errors.Is(err, op.ErrConflict) {
+			return res, err
+		}
+		// The event id or the key is known: the transaction decides.
+	}
 	var res *SubmitResult
 	err := s.InTx(ctx, func(tx *Tx) error {
 		var err error

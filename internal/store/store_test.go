@@ -318,7 +318,7 @@ func TestOutboxClaimsAreDisjointAndLeased(t *testing.T) {
 	for i, c := range a {
 		ids[i] = c.ID
 	}
-	n, err := st.OutboxMarkSent(ctx, "relay-a", ids)
+	n, err := st.OutboxSent(ctx, "relay-a", ids)
 	require.NoError(t, err)
 	require.Equal(t, int64(6), n)
 	mu.Lock()
@@ -349,7 +349,7 @@ func TestOutboxDoesNotSkipLateCommits(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, first, 1)
 	require.Equal(t, "early", first[0].Message.MsgID)
-	_, err = b.store.OutboxMarkSent(b.ctx, "r", []int64{first[0].ID})
+	_, err = b.store.OutboxSent(b.ctx, "r", []int64{first[0].ID})
 	require.NoError(t, err)
 	require.NoError(t, txA.Commit(b.ctx))
 	second, err := b.store.OutboxClaim(b.ctx, "r", 10, time.Minute)

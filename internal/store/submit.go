@@ -224,7 +224,7 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 		Source: s.Source, EventID: s.EventID, OperationID: got.ID, Actor: s.Actor, Now: t.now(),
 		Seqs: []int32{}, Events: []string{}, FromStates: []string{}, ToStates: []string{}, Details: [][]byte{},
 	}
-	var rows outboxRows
+	rows := outboxRows{grace: t.handoff}
 	if res.Decision == op.DecisionNew {
 		d := map[string]string{"source": s.Source, "event_id": s.EventID}
 		if s.ProposedBy != "" {
@@ -266,7 +266,81 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 	if err := t.q.OperationCreated(ctx, p); err != nil {
 		return nil, fmt.Errorf("submit %s/%s: record decision: %w", s.Source, s.EventID, translate(err))
 	}
-	t.wroteOutbox = t.wroteOutbox || len(rows.msgIDs) > 0
+	t.due = append(t.due, rows.due...)
+	return res, nil
+}
+
+// simple reports whether s may take the one-statement path for a new
+// operation (submitNew): a valid intent whose operation is dispatched at
+// once, with no rule beyond the key to apply (dedupe window, guard, key
+// depending on its entity's version).
+func (s Submission) simple() bool {
+	return s.RejectReason == "" && s.Operation != nil && s.Initial == op.EventEnqueue && s.Outbox != nil &&
+		s.EntityVersion == nil && s.Guard == nil && s.Dedupe.Key == ""
+}
+
+// submitNew records a simple submission (see simple) whose event id and
+// key are both new, in one statement on the pool: the inbox row with its
+// decision, the operation, its first two events, its dispatch command and
+// the answer — what Tx.Submit writes for it in five statements and a
+// transaction. When the event id or the key is already known nothing is
+// written and the error wraps op.ErrConflict: the caller takes Tx.Submit,
+// which decides. The messages handed to OnOutbox and the answer describe
+// the operation as the statement creates it.
+func (s *Store) submitNew(ctx context.Context, sub Submission) (*SubmitResult, error) {
+	o := *sub.Operation
+	state, err := op.Transition(op.StatePlanned, sub.Initial)
+	if err != nil {
+		return nil, fmt.Errorf("submit %s/%s: %w", sub.Source, sub.EventID, err)
+	}
+	now := time.Now().UTC()
+	if n := s.now(); n != nil {
+		now = *n
+	}
+	o.State, o.Version, o.OriginEventID, o.ProposedBy, o.DedupeKey = state, 2, sub.EventID, sub.ProposedBy, sub.Dedupe.Key
+	o.Tenant = cmp.Or(o.Tenant, "default")
+	o.CreatedAt, o.UpdatedAt, o.GenerationStartedAt = now, now, now
+	d := map[string]string{"source": sub.Source, "event_id": sub.EventID}
+	if sub.ProposedBy != "" {
+		d["proposed_by"] = sub.ProposedBy
+	}
+	created, err := encodeDetail(d)
+	if err != nil {
+		return nil, err
+	}
+	rows := outboxRows{grace: s.handoff}
+	if err := rows.add(sub.Outbox(&o)); err != nil {
+		return nil, err
+	}
+	res := &SubmitResult{Decision: op.DecisionNew, Operation: &o}
+	if sub.Answer != nil {
+		if err := rows.add(sub.Answer(res)); err != nil {
+			return nil, err
+		}
+	}
+	sum := sha256.Sum256(sub.Payload)
+	var compensates *string
+	if o.CompensatesID != "" {
+		compensates = &o.CompensatesID
+	}
+	p := dbsqlc.OperationSubmitNewParams{
+		Source: sub.Source, EventID: sub.EventID, PayloadHash: hex.EncodeToString(sum[:]), WorkflowID: sub.WorkflowID,
+		ID: &o.ID, Now: s.now(), RunID: o.RunID, Tool: o.Tool, ToolVersion: int32(o.ToolVersion), Intent: o.Intent,
+		EntityType: o.EntityType, EntityID: o.EntityID, ArgsCanonical: string(o.Args), ArgsHash: o.ArgsHash,
+		SideEffectClass: string(o.Class), IdempotencyKey: o.IdempotencyKey, State: string(state), Version: o.Version,
+		CompensatesOperationID: compensates, TraceID: o.TraceID, ProposedBy: sub.ProposedBy, DedupeKey: sub.Dedupe.Key,
+		Tenant: o.Tenant, Actor: sub.Actor,
+		Seqs: []int32{1, 2}, Events: []string{string(op.EventCreate), string(sub.Initial)},
+		FromStates: []string{"", string(op.StatePlanned)}, ToStates: []string{string(op.StatePlanned), string(state)},
+		Details: [][]byte{created, nil},
+	}
+	p.Subjects, p.MsgIds, p.Headers, p.Payloads, p.OperationIds, p.Delays = rows.columns()
+	row, err := s.q.OperationSubmitNew(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("submit %s/%s: %w", sub.Source, sub.EventID, translate(err))
+	}
+	res.Operation = toOperation(dbsqlc.Operation(row))
+	s.handOff(rows.due)
 	return res, nil
 }
 
@@ -347,7 +421,7 @@ func (t *Tx) record(ctx context.Context, s Submission, res *SubmitResult) error 
 	if res.Operation != nil {
 		p.InboxOperationID, p.OperationID = &res.Operation.ID, res.Operation.ID
 	}
-	var rows outboxRows
+	rows := outboxRows{grace: t.handoff}
 	if s.Answer != nil {
 		if err := rows.add(s.Answer(res)); err != nil {
 			return err
@@ -357,7 +431,7 @@ func (t *Tx) record(ctx context.Context, s Submission, res *SubmitResult) error 
 	if err := t.q.OperationCreated(ctx, p); err != nil {
 		return fmt.Errorf("submit %s/%s: record decision: %w", s.Source, s.EventID, translate(err))
 	}
-	t.wroteOutbox = t.wroteOutbox || len(rows.msgIDs) > 0
+	t.due = append(t.due, rows.due...)
 	return nil
 }
 
