@@ -21,6 +21,7 @@ func runDev(ctx context.Context, args []string, env func(string) (string, bool),
 	f := newStackFlags(fs, env, "info")
 	f.cfg.Infra.Durable = true
 	f.cfg.Infra.RoleUsers = true // each service with only its grants (private cluster)
+	f.cfg.VendorWebhooks = true  // the stand-ins send signed webhooks to the intake
 	fs.StringVar(&f.cfg.HTTPAddr, "http", "127.0.0.1:8480", "loopback address for /metrics, /healthz, /readyz and the operators' API")
 	fs.IntVar(&f.cfg.Services.Dispatchers, "dispatchers", 3, "dispatcher instances")
 	tokensFile := getenv(env, "OPLEDGER_API_TOKENS")
@@ -72,6 +73,10 @@ func runDev(ctx context.Context, args []string, env func(string) (string, bool),
 		fmt.Fprintf(stdout, "  api: %s/v1/operations (OpenAPI: %s/v1/openapi.yaml); dev token, admin, valid until dev stops:\n", u, u)
 		fmt.Fprintf(stdout, "       export OPLEDGER_API_URL=%s OPLEDGER_API_TOKEN=%s\n", u, devToken)
 		fmt.Fprintf(stdout, "       then: go run ./cmd/opledger ops list\n")
+		if ps := d.Registry.Webhooks(); len(ps) > 0 {
+			fmt.Fprintf(stdout, "  webhooks: POST %s/webhooks/{%s} (the stand-ins sign theirs with secrets made for this run; yours: OPLEDGER_WEBHOOK_SECRETS_<PROVIDER>)\n",
+				u, strings.Join(ps, ","))
+		}
 		if tokensFile != "" {
 			fmt.Fprintf(stdout, "       also accepted: the %d tokens of %s\n", len(entries), tokensFile)
 		}

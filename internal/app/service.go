@@ -26,6 +26,7 @@ import (
 	"github.com/opledger/opledger/internal/maintain"
 	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/internal/webhook"
 	"github.com/opledger/opledger/schema"
 )
 
@@ -56,6 +57,9 @@ type ServiceConfig struct {
 	IntentNATSSecrets string
 	// IntentWait bounds the intent API's ?wait=final (0: 25s).
 	IntentWait time.Duration
+	// WebhookSecretFiles names, per webhook provider, a file holding its
+	// signing secrets (planner-ingest only); see WebhookSecrets.
+	WebhookSecretFiles map[string]string
 	// ConnectTimeout bounds how long start-up waits for Postgres and NATS.
 	ConnectTimeout time.Duration
 	// Consumer tunes the service's JetStream consumer (AckWait, heartbeat,
@@ -123,10 +127,20 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	fs.StringVar(&cfg.LogLevel, "log", env("OPLEDGER_LOG", "info"), "log level: trace, debug, info, warn, error, disabled [OPLEDGER_LOG]")
 	fs.StringVar(&cfg.LogFormat, "log-format", env("OPLEDGER_LOG_FORMAT", LogAuto), "log format: json, console, or auto (console on a terminal) [OPLEDGER_LOG_FORMAT]")
 	fs.StringVar(&cfg.HTTPAddr, "http", env("OPLEDGER_HTTP_ADDR", "127.0.0.1:0"), "address of /metrics, /healthz and /readyz; port 0 picks a free one, logged at start [OPLEDGER_HTTP_ADDR]")
+	cfg.WebhookSecretFiles = map[string]string{}
 	if name == PlannerIngest {
 		fs.StringVar(&cfg.APITokens, "api-tokens", env("OPLEDGER_API_TOKENS", ""), "tokens file of the operators' API, served on -http; unset, the API answers 503 [OPLEDGER_API_TOKENS]")
 		fs.StringVar(&cfg.IntentNATSSecrets, "intent-nats-secrets", env("OPLEDGER_INTENT_NATS_SECRETS", ""),
 			"directory of the agents' NATS passwords (agent-<tenant>.password, as deploy/nats/genpasswd writes them) the HTTP intent API submits with, as each agent token's tenant; unset, it uses this service's NATS credentials [OPLEDGER_INTENT_NATS_SECRETS]")
+		fs.Func("webhook-secrets-file", "PROVIDER=FILE: the signing secrets of a webhook provider, separated by white space (repeatable) "+
+			"[OPLEDGER_WEBHOOK_SECRETS_<PROVIDER>_FILE, or the secrets themselves in OPLEDGER_WEBHOOK_SECRETS_<PROVIDER>]", func(s string) error {
+			p, file, ok := strings.Cut(s, "=")
+			if !ok || p == "" || file == "" {
+				return fmt.Errorf("want PROVIDER=FILE, got %q", s)
+			}
+			cfg.WebhookSecretFiles[p] = file
+			return nil
+		})
 	}
 	connectTimeout := time.Minute
 	if v := env("OPLEDGER_CONNECT_TIMEOUT", ""); v != "" {
@@ -202,7 +216,8 @@ func defaultAckWait(service string) string {
 // database whose schema is not up to date unless Migrate is set, starts the
 // service and its outbox relays, and serves /metrics, /healthz, /readyz and
 // the API's document /v1/openapi.yaml (planner-ingest also the operators'
-// API, behind cfg.APITokens).
+// API, behind cfg.APITokens, and the vendors' webhooks, POST
+// /webhooks/{provider}).
 func RunService(ctx context.Context, cfg ServiceConfig) error {
 	if !slices.Contains(AllServices, cfg.Name) {
 		return fmt.Errorf("unknown service %q (have %v)", cfg.Name, AllServices)
@@ -235,6 +250,14 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 			return err
 		}
 	}
+	// It also takes the vendors' webhooks: their signing secrets come from
+	// the environment or files, and a bad one stops it here too.
+	var webhookSecrets map[string][]webhook.Secret
+	if cfg.Name == PlannerIngest {
+		if webhookSecrets, err = WebhookSecrets(reg, cfg.Registry.LookupEnv, cfg.WebhookSecretFiles); err != nil {
+			return err
+		}
+	}
 	// /healthz, /metrics and /readyz answer from the first moment: while
 	// start-up waits, /readyz says for what.
 	promReg := prometheus.NewRegistry()
@@ -259,7 +282,7 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	s, err := StartServices(ctx, ServicesConfig{
 		DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
 		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays, SetRoles: cfg.SetRoles,
-		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout, MCPUpstreams: upstreams,
+		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout, MCPUpstreams: upstreams, WebhookSecrets: webhookSecrets,
 		Maintain: maintain.Config{RejectedRetention: cfg.RejectedRetention},
 		Metrics:  telemetry.NewMetrics(promReg), Log: base,
 	})
@@ -286,8 +309,12 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 		}
 		a.Mount(routes)
 		intents.Mount(routes)
+		s.Webhooks.Mount(routes)
 		if tokens == nil {
 			log.Warn().Msg("no API tokens configured (OPLEDGER_API_TOKENS): the operators' API answers 503")
+		}
+		for _, p := range s.Webhooks.Unconfigured() {
+			log.Warn().Str("provider", p).Str("env", WebhookSecretsEnv(p)).Msg("no signing secret for this webhook provider: its deliveries are refused (503 no_secret)")
 		}
 	} else {
 		// Every service hands out the API's document; planner-ingest

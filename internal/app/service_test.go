@@ -141,11 +141,11 @@ func TestServiceAnswersWhileWaitingForDependencies(t *testing.T) {
 }
 
 // Each service binary shows and takes only its own flags: -instances is the
-// dispatcher's, -api-tokens planner-ingest's, the retention periods the
+// dispatcher's, -api-tokens and -webhook-secrets-file planner-ingest's, the retention periods the
 // reconciler's (its process campaigns for the maintenance leadership).
 func TestServiceFlagsAreEachBinarysOwn(t *testing.T) {
 	t.Parallel()
-	own := map[string][]string{app.Dispatcher: {"-instances"}, app.PlannerIngest: {"-api-tokens"},
+	own := map[string][]string{app.Dispatcher: {"-instances"}, app.PlannerIngest: {"-api-tokens", "-webhook-secrets-file"},
 		app.Reconciler: {"-rejected-retention"}}
 	for _, name := range app.AllServices {
 		var usage strings.Builder

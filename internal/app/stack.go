@@ -14,6 +14,7 @@ import (
 	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/vendors"
+	"github.com/opledger/opledger/internal/webhook"
 	"github.com/opledger/opledger/pkg/registry"
 )
 
@@ -28,7 +29,8 @@ type StackConfig struct {
 	// to the stack's local stand-in vendors.
 	Registry RegistryConfig
 	// HTTPAddr serves /metrics, /healthz, /readyz, the operators' API
-	// (internal/api) and /v1/vendors/stats ("" = no HTTP server).
+	// (internal/api), the webhook intake (POST /webhooks/{provider}) and
+	// /v1/vendors/stats ("" = no HTTP server).
 	HTTPAddr string
 	// APITokens authenticate the operators' API and /v1/vendors/stats; nil
 	// answers them 503 "no API tokens configured".
@@ -43,7 +45,11 @@ type StackConfig struct {
 	Services ServicesConfig
 	// VendorLatency delays every local vendor request.
 	VendorLatency time.Duration
-	Log           zerolog.Logger
+	// VendorWebhooks has the local stand-in vendors send signed webhooks
+	// after their effects to the stack's HTTP server (needs HTTPAddr), with
+	// a fresh secret per provider that the intake also accepts.
+	VendorWebhooks bool
+	Log            zerolog.Logger
 }
 
 // Stack is a running opledger: infrastructure, local vendors and all
@@ -93,6 +99,23 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	if sc.DatabaseURLs == nil {
 		sc.DatabaseURLs = d.Infra.DatabaseURLs
 	}
+	// Webhook secrets: the environment's, and with VendorWebhooks one more
+	// per provider that only this process and its stand-ins know.
+	var vendorSecrets map[string]string
+	if sc.WebhookSecrets == nil {
+		if sc.WebhookSecrets, err = WebhookSecrets(d.Registry, cfg.Registry.LookupEnv, nil); err != nil {
+			return nil, err
+		}
+		if cfg.VendorWebhooks {
+			var dev map[string][]webhook.Secret
+			if vendorSecrets, dev, err = devWebhookSecrets(d.Registry); err != nil {
+				return nil, err
+			}
+			for p, s := range dev {
+				sc.WebhookSecrets[p] = append(s, sc.WebhookSecrets[p]...)
+			}
+		}
+	}
 	if sc.MCPUpstreams == nil {
 		if sc.MCPUpstreams, err = MCPUpstreamsFromEnv(d.Registry, rc.LookupEnv); err != nil {
 			return nil, err
@@ -119,12 +142,16 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 			Routes: func(mux *http.ServeMux) {
 				a.Mount(mux)
 				intents.Mount(mux)
+				d.Services.Webhooks.Mount(mux)
 				mux.Handle(stats, a.Authenticated(stats, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 					writeJSON(w, http.StatusOK, d.Vendors.Stats())
 				})))
 			}})
 		if err != nil {
 			return nil, err
+		}
+		if vendorSecrets != nil {
+			d.Vendors.SetWebhooks(vendors.WebhookTarget{URL: d.HTTP.URL() + "/webhooks/", Secrets: vendorSecrets})
 		}
 	}
 	return d, nil

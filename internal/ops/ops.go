@@ -86,6 +86,9 @@ type Detail struct {
 	Attempts  []*op.Attempt          `json:"attempts"`
 	Approval  *store.ApprovalRequest `json:"approval,omitempty"`
 	Audit     []store.AuditEntry     `json:"audit"`
+	// Webhooks is the webhook evidence found to be about the operation:
+	// what settled it, confirmed it, or was flagged against it.
+	Webhooks []*store.Evidence `json:"webhooks"`
 }
 
 // Show returns an operation's detail (viewer). Errors: op.ErrNotFound.
@@ -113,7 +116,19 @@ func (s *Service) Show(ctx context.Context, a Actor, id string) (*Detail, error)
 	if d.Audit, err = s.st.AuditTrail(ctx, id); err != nil {
 		return nil, err
 	}
+	if d.Webhooks, err = s.st.EvidenceOf(ctx, id); err != nil {
+		return nil, err
+	}
 	return d, nil
+}
+
+// Webhooks returns webhook evidence matching f (viewer): by default what
+// was flagged (out of band, contradicting, expired), the most recent first.
+func (s *Service) Webhooks(ctx context.Context, a Actor, f store.EvidenceFilter) ([]*store.Evidence, error) {
+	if err := allowed(a, RoleViewer); err != nil {
+		return nil, err
+	}
+	return s.st.ListEvidence(ctx, f)
 }
 
 // Approve records an approver's approval of operation id, bound to the
