@@ -68,8 +68,9 @@ GRANT INSERT ON attempts TO opledger_dispatcher;
 GRANT UPDATE (finished_at, outcome, error_category, error, http_status, external_request_id, external_object_id)
     ON attempts TO opledger_dispatcher, opledger_maintainer;
 
--- inbox: every intent (and every compensation's) is recorded with its
--- decision; the maintainer deletes rejected garbage after retention.
+-- inbox: every intent (and every compensation's) and every webhook delivery
+-- is recorded with its decision; the maintainer deletes rejected garbage
+-- after retention.
 GRANT SELECT, INSERT ON inbox TO opledger_ingest, opledger_compensator, opledger_operator;
 GRANT UPDATE (decision, reason, operation_id, duplicate_count, last_seen_at)
     ON inbox TO opledger_ingest, opledger_compensator, opledger_operator;
@@ -117,5 +118,15 @@ GRANT SELECT, INSERT ON audit_log TO opledger_operator;
 -- maintenance_leader: who leads maintenance, for people.
 GRANT SELECT, INSERT, UPDATE (holder, elected_at, heartbeat_at, ops_stream_created_at) ON maintenance_leader TO opledger_maintainer;
 GRANT SELECT ON maintenance_leader TO opledger_operator;
+
+-- webhook_evidence: planner-ingest's webhook intake records what a delivery
+-- says and settles its operation when it can; the reconciler applies held
+-- evidence about the operation it reconciles; the maintenance leader looks
+-- at held evidence again and expires it; operators read it. Nobody rewrites
+-- what a delivery said (its match, outcome, object id) or deletes it.
+GRANT SELECT ON webhook_evidence TO opledger_ingest, opledger_reconciler, opledger_maintainer, opledger_operator;
+GRANT INSERT ON webhook_evidence TO opledger_ingest;
+GRANT UPDATE (status, operation_id, reason, decided_at, checks, next_check_at)
+    ON webhook_evidence TO opledger_ingest, opledger_reconciler, opledger_maintainer;
 
 -- owner-only: operation_events_append_only: the trigger function that keeps history append-only; triggers need no EXECUTE grant

@@ -71,6 +71,9 @@ var forbiddenToAll = []string{
 // another part's job.
 var forbidden = map[string][]string{
 	"opledger_ingest": {
+		`DELETE FROM webhook_evidence`,
+		`UPDATE webhook_evidence SET match_value = 'other'`,
+		`UPDATE webhook_evidence SET outcome = 'success'`,
 		`UPDATE attempts SET outcome = 'success'`,
 		`INSERT INTO attempts (id, operation_id, number, lease_epoch, deadline_at) VALUES ('a', 'o', 1, 1, now())`,
 		`SELECT * FROM attempts`,
@@ -87,6 +90,8 @@ var forbidden = map[string][]string{
 		`INSERT INTO reconcile_lookups (operation_id, version) VALUES ('o', 1)`,
 	},
 	"opledger_dispatcher": {
+		`SELECT * FROM webhook_evidence`,
+		`UPDATE webhook_evidence SET status = 'applied'`,
 		`INSERT INTO inbox (source, event_id, payload, payload_hash, decision) VALUES ('s', 'e', '', 'h', 'new')`,
 		`SELECT * FROM inbox`,
 		`INSERT INTO operations (id, workflow_id, tool, tool_version, args_canonical, args_hash, side_effect_class, idempotency_key, state) VALUES ('o', 'w', 't', 1, '{}', 'h', 'pure_read', 'k', 'planned')`,
@@ -100,6 +105,8 @@ var forbidden = map[string][]string{
 		`SELECT * FROM reconcile_lookups`,
 	},
 	"opledger_reconciler": {
+		`INSERT INTO webhook_evidence (provider, delivery_id, event_type, tools, match_by, match_value, outcome, hold_until) VALUES ('p', 'd', 't', '{}', 'idempotency_key', 'k', 'success', now())`,
+		`UPDATE webhook_evidence SET match_value = 'other'`,
 		`INSERT INTO attempts (id, operation_id, number, lease_epoch, deadline_at) VALUES ('a', 'o', 1, 1, now())`,
 		`UPDATE attempts SET outcome = 'success'`,
 		`UPDATE operations SET attempt_count = 9`,
@@ -110,6 +117,7 @@ var forbidden = map[string][]string{
 		`UPDATE approval_requests SET status = 'approved'`,
 	},
 	"opledger_compensator": {
+		`SELECT * FROM webhook_evidence`,
 		`UPDATE attempts SET outcome = 'success'`,
 		`SELECT * FROM attempts`,
 		`DELETE FROM outbox`,
@@ -119,6 +127,9 @@ var forbidden = map[string][]string{
 		`INSERT INTO audit_log (actor, role, action, outcome) VALUES ('a', 'admin', 'x', 'ok')`,
 	},
 	"opledger_maintainer": {
+		`INSERT INTO webhook_evidence (provider, delivery_id, event_type, tools, match_by, match_value, outcome, hold_until) VALUES ('p', 'd', 't', '{}', 'idempotency_key', 'k', 'success', now())`,
+		`DELETE FROM webhook_evidence`,
+		`UPDATE webhook_evidence SET external_object_id = 'ch_other'`,
 		`INSERT INTO operations (id, workflow_id, tool, tool_version, args_canonical, args_hash, side_effect_class, idempotency_key, state) VALUES ('o', 'w', 't', 1, '{}', 'h', 'pure_read', 'k', 'planned')`,
 		`INSERT INTO inbox (source, event_id, payload, payload_hash, decision) VALUES ('s', 'e', '', 'h', 'new')`,
 		`INSERT INTO attempts (id, operation_id, number, lease_epoch, deadline_at) VALUES ('a', 'o', 1, 1, now())`,
@@ -129,6 +140,7 @@ var forbidden = map[string][]string{
 		`UPDATE reconcile_lookups SET failures = 0`,
 	},
 	"opledger_relay": {
+		`SELECT * FROM webhook_evidence`,
 		`SELECT * FROM operations`,
 		`SELECT * FROM inbox`,
 		`INSERT INTO outbox (subject, msg_id, payload) VALUES ('s', 'm', '')`,
@@ -138,6 +150,8 @@ var forbidden = map[string][]string{
 		`UPDATE operations SET state = 'completed_success'`,
 	},
 	"opledger_operator": {
+		`UPDATE webhook_evidence SET status = 'applied'`,
+		`INSERT INTO webhook_evidence (provider, delivery_id, event_type, tools, match_by, match_value, outcome, hold_until) VALUES ('p', 'd', 't', '{}', 'idempotency_key', 'k', 'success', now())`,
 		`UPDATE attempts SET outcome = 'success'`,
 		`INSERT INTO attempts (id, operation_id, number, lease_epoch, deadline_at) VALUES ('a', 'o', 1, 1, now())`,
 		`UPDATE inbox SET payload = ''`,

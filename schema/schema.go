@@ -20,7 +20,7 @@ import (
 var migrations embed.FS
 
 // Wire holds the JSON Schemas of the NATS messages (wire/intent.v1.json,
-// wire/command.v1.json, wire/result.v1.json).
+// wire/command.v1.json, wire/result.v1.json, wire/alert.v1.json).
 //
 //go:embed wire/*.json
 var Wire embed.FS

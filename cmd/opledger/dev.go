@@ -11,6 +11,7 @@ import (
 	"github.com/opledger/opledger/internal/api"
 	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/ops"
+	"github.com/opledger/opledger/pkg/wire"
 )
 
 // runDev is "opledger dev": everything in one process until interrupted.
@@ -20,6 +21,7 @@ func runDev(ctx context.Context, args []string, env func(string) (string, bool),
 	f := newStackFlags(fs, env, "info")
 	f.cfg.Infra.Durable = true
 	f.cfg.Infra.RoleUsers = true // each service with only its grants (private cluster)
+	f.cfg.VendorWebhooks = true  // the stand-ins send signed webhooks to the intake
 	fs.StringVar(&f.cfg.HTTPAddr, "http", "127.0.0.1:8480", "loopback address for /metrics, /healthz, /readyz and the operators' API")
 	fs.IntVar(&f.cfg.Services.Dispatchers, "dispatchers", 3, "dispatcher instances")
 	tokensFile := getenv(env, "OPLEDGER_API_TOKENS")
@@ -47,7 +49,12 @@ func runDev(ctx context.Context, args []string, env func(string) (string, bool),
 	if err != nil {
 		return err
 	}
-	if f.cfg.APITokens, err = api.NewTokens(append(entries, devEntry)); err != nil {
+	// And an agent token for the HTTP intent API (tenant default).
+	agentToken, agentEntry, err := api.GenerateAgentToken("dev-agent", wire.DefaultTenant, "")
+	if err != nil {
+		return err
+	}
+	if f.cfg.APITokens, err = api.NewTokens(append(entries, devEntry, agentEntry)); err != nil {
 		return err
 	}
 	d, err := app.StartStack(ctx, f.cfg)
@@ -66,9 +73,16 @@ func runDev(ctx context.Context, args []string, env func(string) (string, bool),
 		fmt.Fprintf(stdout, "  api: %s/v1/operations (OpenAPI: %s/v1/openapi.yaml); dev token, admin, valid until dev stops:\n", u, u)
 		fmt.Fprintf(stdout, "       export OPLEDGER_API_URL=%s OPLEDGER_API_TOKEN=%s\n", u, devToken)
 		fmt.Fprintf(stdout, "       then: go run ./cmd/opledger ops list   or   curl -H \"Authorization: Bearer $OPLEDGER_API_TOKEN\" %s/metrics\n", u)
+		if ps := d.Registry.Webhooks(); len(ps) > 0 {
+			fmt.Fprintf(stdout, "  webhooks: POST %s/webhooks/{%s} (the stand-ins sign theirs with secrets made for this run; yours: OPLEDGER_WEBHOOK_SECRETS_<PROVIDER>)\n",
+				u, strings.Join(ps, ","))
+		}
 		if tokensFile != "" {
 			fmt.Fprintf(stdout, "       also accepted: the %d tokens of %s\n", len(entries), tokensFile)
 		}
+
+		fmt.Fprintf(stdout, "  intents: POST %s/v1/intents?wait=final with the agent token (dev-agent, tenant default; docs/protocol.md, \"Over HTTP\"):\n", u)
+		fmt.Fprintf(stdout, "       export OPLEDGER_AGENT_TOKEN=%s\n", agentToken)
 	}
 	fmt.Fprintf(stdout, "  tools: %s\n", strings.Join(d.Registry.Names(), ", "))
 	fmt.Fprintf(stdout, "  publish intents to opledger.intents.<workflow_id> (no Nats-Msg-Id needed: the ledger dedupes by event_id); results on opledger.results.<workflow_id>; see docs/protocol.md\n")

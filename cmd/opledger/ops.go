@@ -39,6 +39,8 @@ The human loop, as a client of the operators' HTTP API (docs/openapi.yaml):
                             settle an escalated operation with your evidence
   cancel ID -reason R       withdraw an operation that was not sent
   compensate ID -reason R   run the tool's compensation playbook (a new operation)
+  webhooks                  webhook evidence, by default what was flagged for a person
+                            (out of band, contradicting, expired) [-status S] [-provider P] [-limit N]
   parked [-limit N]         outbox messages NATS refused until they were parked
   requeue ID -reason R      publish a parked message again (its outbox row id)
 
@@ -61,7 +63,7 @@ func runOps(ctx context.Context, args []string, env func(string) (string, bool),
 	}
 	cmds := map[string]func(context.Context, *opsCmd, []string) error{
 		"list": opsList, "show": opsShow, "approve": opsApprove, "deny": opsDeny,
-		"resolve": opsResolve, "cancel": opsCancel, "compensate": opsCompensate,
+		"resolve": opsResolve, "cancel": opsCancel, "compensate": opsCompensate, "webhooks": opsWebhooks,
 		"parked": opsParked, "requeue": opsRequeue,
 	}
 	fn, ok := cmds[args[0]]
@@ -257,6 +259,63 @@ func opsList(ctx context.Context, c *opsCmd, args []string) error {
 			age(now.Sub(o.UpdatedAt)), clean(o.WorkflowID), clean(o.IdempotencyKey))
 	}
 	return tw.Flush()
+}
+
+func opsWebhooks(ctx context.Context, c *opsCmd, args []string) error {
+	status := c.fs.String("status", "", "flagged (the default), all, or one status: held, applied, confirmed, out_of_band, contradiction, expired")
+	provider := c.fs.String("provider", "", "only this provider")
+	limit := c.fs.Int("limit", 0, "at most this many (default 100, at most 1000)")
+	if _, err := c.parse(args, 0); err != nil {
+		return err
+	}
+	q := url.Values{}
+	for k, v := range map[string]string{"status": *status, "provider": *provider} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if *limit != 0 {
+		q.Set("limit", strconv.Itoa(*limit))
+	}
+	path := "/v1/webhooks"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var res api.WebhooksResponse
+	data, err := c.do(ctx, http.MethodGet, path, nil, &res)
+	if err != nil {
+		return fmt.Errorf("webhooks: %w", err)
+	}
+	if c.json {
+		return c.printJSON(data)
+	}
+	if len(res.Webhooks) == 0 {
+		fmt.Fprintln(c.stdout, "no webhook evidence")
+		return nil
+	}
+	printEvidence(c.stdout, res.Webhooks, true)
+	return nil
+}
+
+// printEvidence prints webhook evidence as a table; withOperation adds the
+// operation it was found to be about.
+func printEvidence(w io.Writer, list []*store.Evidence, withOperation bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	head := "RECEIVED\tPROVIDER\tDELIVERY\tEVENT\tSTATUS\tOBJECT\tREASON"
+	if withOperation {
+		head = "RECEIVED\tPROVIDER\tDELIVERY\tEVENT\tSTATUS\tOPERATION\tMATCH\tOBJECT\tREASON"
+	}
+	fmt.Fprintln(tw, head)
+	for _, e := range list {
+		if withOperation {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", stamp(e.ReceivedAt), clean(e.Provider), clean(e.DeliveryID),
+				clean(e.EventType), clean(e.Status), clean(e.OperationID), clean(e.MatchBy+"="+e.MatchValue), clean(e.ExternalObjectID), clean(e.Reason))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", stamp(e.ReceivedAt), clean(e.Provider), clean(e.DeliveryID),
+			clean(e.EventType), clean(e.Status), clean(e.ExternalObjectID), clean(e.Reason))
+	}
+	_ = tw.Flush()
 }
 
 func opsShow(ctx context.Context, c *opsCmd, args []string) error {
@@ -491,6 +550,9 @@ func printDetail(w io.Writer, d *ops.Detail) {
 		if why == "" {
 			why = detail["why"]
 		}
+		if why == "" {
+			why = detail["verdict"]
+		}
 		from := string(e.From)
 		if from == "" {
 			from = "·"
@@ -515,6 +577,10 @@ func printDetail(w io.Writer, d *ops.Detail) {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", at.Number, stamp(at.StartedAt), clean(at.Worker), clean(string(at.Outcome)), status, clean(errText))
 		}
 		_ = tw.Flush()
+	}
+	if len(d.Webhooks) > 0 {
+		fmt.Fprintln(w, "\nwebhooks")
+		printEvidence(w, d.Webhooks, false)
 	}
 	if len(d.Audit) > 0 {
 		fmt.Fprintln(w, "\naudit")

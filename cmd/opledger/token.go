@@ -18,22 +18,25 @@ func runToken(_ context.Context, args []string, _ func(string) (string, bool), s
 	fs := flag.NewFlagSet("opledger token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: opledger token -actor NAME -role viewer|approver|operator|admin|metrics [-token-file FILE]\n\n"+
+		fmt.Fprintln(stderr, "usage: opledger token -actor NAME -role viewer|approver|operator|admin|metrics [-token-file FILE]\n"+
+			"       opledger token -actor NAME -role agent -tenant TENANT [-workflow-prefix PREFIX] [-token-file FILE]\n\n"+
 			"Prints a new random API token, once (or writes it to FILE), and the line to add to the\n"+
 			"tokens file that OPLEDGER_API_TOKENS names (it holds the token's SHA-256, never the token).")
 		fs.PrintDefaults()
 	}
 	actor := fs.String("actor", "", "who the token is for, as the audit trail will name them (letters, digits, . _ @ -)")
-	role := fs.String("role", "", "viewer (reads), approver (approves, denies), operator (resolves, cancels, compensates), admin, or metrics (/metrics and /readyz only: scrapers, probes)")
+	role := fs.String("role", "", "viewer (reads), approver (approves, denies), operator (resolves, cancels, compensates), admin, metrics (/metrics and /readyz only: scrapers, probes), or agent (the HTTP intent API: submits and reads in its tenant)")
+	tenant := fs.String("tenant", "", "role agent: the tenant its intents go to and its reads come from (default for the default tenant)")
+	prefix := fs.String("workflow-prefix", "", "role agent: only the workflows whose ids start with this")
 	tokenFile := fs.String("token-file", "", "write the token to this new file (mode 0600) instead of printing it, e.g. for `opledger probe -token-file`")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *actor == "" || !ops.ValidRole(ops.Role(*role)) {
+	if *actor == "" || !ops.ValidRole(ops.Role(*role)) && ops.Role(*role) != ops.RoleAgent {
 		fs.Usage()
 		return errUsage
 	}
-	token, entry, err := api.GenerateToken(*actor, ops.Role(*role))
+	token, entry, err := api.GenerateTokenFor(api.TokenEntry{Actor: *actor, Role: ops.Role(*role), Tenant: *tenant, WorkflowPrefix: *prefix})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage

@@ -170,3 +170,22 @@ type ReconcileLookup struct {
 	LastAt      time.Time
 	NextAt      time.Time
 }
+
+type WebhookEvidence struct {
+	Provider         string
+	DeliveryID       string
+	EventType        string
+	Tools            []string
+	MatchBy          string
+	MatchValue       string
+	Outcome          string
+	ExternalObjectID string
+	Status           string
+	OperationID      *string
+	Reason           string
+	ReceivedAt       time.Time
+	HoldUntil        time.Time
+	Checks           int32
+	NextCheckAt      time.Time
+	DecidedAt        *time.Time
+}

@@ -66,10 +66,12 @@ ORDER BY created_at LIMIT 1;
 SELECT * FROM operations WHERE entity_type = @entity_type AND entity_id = @entity_id AND tenant = @tenant ORDER BY created_at, id;
 
 -- name: OperationListByExternalObject :many
--- A tenant's operations of a tool on a vendor object. Vendor ids are not
--- tenant-scoped: without the tenant, a guard of one tenant would take its
--- limit from another's capture and name it in the refusal.
-SELECT * FROM operations WHERE external_object_id = @external_object_id AND tool = @tool AND tenant = @tenant ORDER BY created_at, id;
+-- A tenant's operations of a tool on a vendor object ('' : any tenant's,
+-- for a vendor's own evidence). Vendor ids are not tenant-scoped: a guard
+-- must pass its tenant, or it would take its limit from another tenant's
+-- capture and name it in the refusal.
+SELECT * FROM operations WHERE external_object_id = @external_object_id AND tool = @tool
+  AND (@tenant::text = '' OR tenant = @tenant::text) ORDER BY created_at, id;
 
 -- name: XactLock :exec
 -- A transaction-level advisory lock on a name (an entity, a dedupe key),

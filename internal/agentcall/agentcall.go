@@ -1,6 +1,6 @@
 // Package agentcall is the submit-and-wait core of opledger's agent-side
-// doors (the MCP server now, an HTTP intent API later): it turns an agent's
-// tool call into an intent on the same NATS path every agent uses
+// doors (the MCP server, the HTTP intent API of internal/api): it turns an
+// agent's tool call into an intent on the same NATS path every agent uses
 // (pkg/client), so planner-ingest stays the only writer of operations,
 // waits a bounded time for the operation to come to rest while reporting
 // each transition, and describes the outcome with a receipt.
@@ -18,6 +18,10 @@
 // request id) is the same event: duplicate_event, nothing runs again. A
 // re-planned call with a new tool-call id is a new event whose business key
 // equals the first's: duplicate_operation, the same operation.
+//
+// The HTTP intent API takes the agent's own intent instead, event id
+// included (SubmitIntent): there the agent chooses the id as the protocol
+// says.
 //
 // Without a tool-call id the door cannot tell a retry from a deliberate
 // repeat, so it collapses them, deriving the id from the business identity:
@@ -41,7 +45,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -153,6 +156,12 @@ type Submitted struct {
 	Waited    time.Duration
 }
 
+// ErrNoAnswer: the intent was handed to NATS but the ledger did not answer
+// it within 15 s (planner-ingest down or far behind). Whether it was
+// stored is not known; sending the same intent again, with the same event
+// id, is safe. It wraps op.ErrRetryable.
+var ErrNoAnswer = fmt.Errorf("agentcall: the ledger did not answer the intent in time; sending it again with the same event id is safe: %w", op.ErrRetryable)
+
 // InvalidError is a call the door refuses before sending anything: its
 // ids or arguments are not acceptable. Reason is fit for the agent.
 type InvalidError struct{ Reason string }
@@ -241,7 +250,7 @@ func (d *Door) Submit(ctx context.Context, c Call, onResult func(client.Result))
 	}
 	start := time.Now()
 	out := Submitted{EventID: in.EventID, ArgsHash: prep.Args.Hash}
-	res, ans, ended, err := d.submit(ctx, in, onResult)
+	res, ans, ended, err := d.submit(ctx, in, d.cfg.Wait, true, onResult)
 	if err == nil && c.ToolCallID == "" && prep.EntityVersion == nil && ans.DedupeDecision == op.DecisionDuplicateEvent &&
 		ans.RetryRecommendation == op.RecommendRetryLater && ans.Version > 0 {
 		// The derived event's operation failed without effect and asks to
@@ -249,20 +258,25 @@ func (d *Door) Submit(ctx context.Context, c Call, onResult func(client.Result))
 		in.EventID = fmt.Sprintf("%s:after-v%d", in.EventID, ans.Version)
 		if len(in.EventID) <= wire.MaxIDLen {
 			out.EventID = in.EventID
-			res, ans, ended, err = d.submit(ctx, in, onResult)
+			res, ans, ended, err = d.submit(ctx, in, d.cfg.Wait, true, onResult)
 		}
 	}
 	out.Result, out.Answer, out.WaitEnded, out.Waited = res, ans, ended, time.Since(start)
 	return out, err
 }
 
-// submit publishes in and follows it. The wait runs on a context of its
-// own: the caller's cancellation ends it only after the answer arrived.
-func (d *Door) submit(ctx context.Context, in wire.Intent, onResult func(client.Result)) (res, ans client.Result, ended bool, err error) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Wait)
+// submit publishes in and follows it for at most wait. The wait runs on a
+// context of its own: the caller's cancellation, and the wait bound, end it
+// only after the ledger's answer arrived (or answerWait passed without one:
+// ErrNoAnswer).
+//
+// fresh takes as the answer the ledger's answer to this publish
+// (client.SubmitAndWatchFresh), not an earlier publish's of the same event.
+func (d *Door) submit(ctx context.Context, in wire.Intent, wait time.Duration, fresh bool, onResult func(client.Result)) (res, ans client.Result, ended bool, err error) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var mu sync.Mutex
-	answered, gone := false, false
+	answered, gone, expired, late := false, false, false, false
 	stop := context.AfterFunc(ctx, func() {
 		mu.Lock()
 		defer mu.Unlock()
@@ -272,21 +286,35 @@ func (d *Door) submit(ctx context.Context, in wire.Intent, onResult func(client.
 		}
 	})
 	defer stop()
+	waitBy := time.AfterFunc(max(wait, 0), func() {
+		mu.Lock()
+		defer mu.Unlock()
+		expired = true
+		if answered {
+			cancel()
+		}
+	})
+	defer waitBy.Stop()
 	answerBy := time.AfterFunc(answerWait, func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if !answered {
+			late = true
 			cancel()
 		}
 	})
 	defer answerBy.Stop()
 	first := true
-	res, err = d.cfg.Client.SubmitAndWatch(wctx, in, func(r client.Result) {
+	watch := d.cfg.Client.SubmitAndWatch
+	if fresh {
+		watch = d.cfg.Client.SubmitAndWatchFresh
+	}
+	res, err = watch(wctx, in, func(r client.Result) {
 		if first {
 			first, ans = false, r
 			mu.Lock()
 			answered = true
-			if gone {
+			if gone || expired {
 				cancel()
 			}
 			mu.Unlock()
@@ -298,13 +326,18 @@ func (d *Door) submit(ctx context.Context, in wire.Intent, onResult func(client.
 	if first && err == nil {
 		ans = res // the answer was at rest itself
 	}
+	mu.Lock()
+	wasLate, wasExpired := late, expired
+	mu.Unlock()
 	switch {
 	case err == nil:
 		return res, ans, false, nil
 	case ctx.Err() != nil:
 		return res, ans, false, ctx.Err()
-	case errors.Is(err, context.DeadlineExceeded) && !first:
+	case !first && wasExpired:
 		return res, ans, true, nil
+	case first && wasLate:
+		return res, ans, false, fmt.Errorf("%w: %w", ErrNoAnswer, err)
 	}
 	return res, ans, false, err
 }

@@ -85,6 +85,7 @@ var routes = []Route{
 	{Method: http.MethodPost, Path: "/v1/operations/{id}/resolve"},
 	{Method: http.MethodPost, Path: "/v1/operations/{id}/cancel"},
 	{Method: http.MethodPost, Path: "/v1/operations/{id}/compensate"},
+	{Method: http.MethodGet, Path: "/v1/webhooks"},
 	{Method: http.MethodGet, Path: "/v1/outbox/parked"},
 	{Method: http.MethodPost, Path: "/v1/outbox/parked/{id}/requeue"},
 }
@@ -141,6 +142,7 @@ func (a *API) Mount(mux *http.ServeMux) {
 		"POST /v1/operations/{id}/resolve":    a.resolve,
 		"POST /v1/operations/{id}/cancel":     a.cancel,
 		"POST /v1/operations/{id}/compensate": a.compensate,
+		"GET /v1/webhooks":                    a.webhooks,
 		"GET /v1/outbox/parked":               a.parked,
 		"POST /v1/outbox/parked/{id}/requeue": a.requeue,
 	}
@@ -279,6 +281,30 @@ type ListResponse struct {
 	Operations []*op.Operation `json:"operations"`
 }
 
+// WebhooksResponse is GET /v1/webhooks.
+type WebhooksResponse struct {
+	Webhooks []*store.Evidence `json:"webhooks"`
+}
+
+func (a *API) webhooks(r *http.Request, actor ops.Actor) (any, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("the query string is malformed: %w", op.ErrInvalid)
+	}
+	f, err := evidenceFilter(q)
+	if err != nil {
+		return nil, err
+	}
+	list, err := a.cfg.Ops.Webhooks(r.Context(), actor, f)
+	if err != nil {
+		return nil, err
+	}
+	if list == nil {
+		list = []*store.Evidence{}
+	}
+	return WebhooksResponse{Webhooks: list}, nil
+}
+
 // WriteResponse is what approve, deny, resolve and cancel return: the
 // operation after the write and, for approve and deny, its approval request.
 type WriteResponse struct {
@@ -336,6 +362,9 @@ func normalize(d *ops.Detail) *ops.Detail {
 	}
 	if d.Approval != nil && d.Approval.Votes == nil {
 		d.Approval.Votes = []store.Vote{}
+	}
+	if d.Webhooks == nil {
+		d.Webhooks = []*store.Evidence{}
 	}
 	return d
 }
@@ -470,7 +499,7 @@ var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 func operationID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
 	if !idRE.MatchString(id) {
-		return "", refusal(ReasonUnknownID, fmt.Errorf("no operation %q: %w", clip(id), op.ErrNotFound))
+		return "", withReason(ReasonUnknownID, fmt.Errorf("no operation %q: %w", clip(id), op.ErrNotFound))
 	}
 	return id, nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,7 +46,7 @@ func readBody(r *http.Request) ([]byte, error) {
 // makes the same or refuses it. Errors wrap op.ErrInvalid.
 func decodeFields(body []byte, fields ...string) (map[string]string, error) {
 	invalid := func(format string, a ...any) error {
-		return refusal(ReasonInvalidBody, fmt.Errorf("body: "+format+": %w", append(a, op.ErrInvalid)...))
+		return withReason(ReasonInvalidBody, fmt.Errorf("body: "+format+": %w", append(a, op.ErrInvalid)...))
 	}
 	if !utf8.Valid(body) {
 		return nil, invalid("not UTF-8")
@@ -145,7 +146,7 @@ func hex4(b []byte, at int) (rune, bool) {
 func listFilter(q url.Values) (store.Filter, error) {
 	var f store.Filter
 	invalid := func(format string, a ...any) error {
-		return refusal(ReasonInvalidQuery, fmt.Errorf(format+": %w", append(a, op.ErrInvalid)...))
+		return withReason(ReasonInvalidQuery, fmt.Errorf(format+": %w", append(a, op.ErrInvalid)...))
 	}
 	for name, vs := range q {
 		if len(vs) != 1 {
@@ -189,3 +190,52 @@ func listFilter(q url.Values) (store.Filter, error) {
 
 // maxLimit is the most operations one list returns (the store's cap).
 const maxLimit = 1000
+
+var providerRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+
+// evidenceStatuses are the statuses GET /v1/webhooks filters by; "flagged"
+// stands for those a person should look at, "all" for every one.
+var evidenceStatuses = []string{store.EvidenceHeld, store.EvidenceApplied, store.EvidenceConfirmed, store.EvidenceOutOfBand,
+	store.EvidenceContradicted, store.EvidenceExpired}
+
+// evidenceFilter reads GET /v1/webhooks's query: status (default flagged),
+// provider and limit, each at most once.
+func evidenceFilter(q url.Values) (store.EvidenceFilter, error) {
+	f := store.EvidenceFilter{Statuses: store.EvidenceFlagged}
+	invalid := func(format string, a ...any) error {
+		return fmt.Errorf(format+": %w", append(a, op.ErrInvalid)...)
+	}
+	for name, vs := range q {
+		if len(vs) != 1 {
+			return f, invalid("query parameter %q appears more than once", wire.Clip(name))
+		}
+		v := vs[0]
+		switch name {
+		case "status":
+			switch {
+			case v == "flagged":
+				f.Statuses = store.EvidenceFlagged
+			case v == "all":
+				f.Statuses = nil
+			case slices.Contains(evidenceStatuses, v):
+				f.Statuses = []string{v}
+			default:
+				return f, invalid("status must be flagged, all or one of %s, got %q", strings.Join(evidenceStatuses, ", "), wire.Clip(v))
+			}
+		case "provider":
+			if !providerRE.MatchString(v) {
+				return f, invalid("provider must be a provider name, got %q", wire.Clip(v))
+			}
+			f.Provider = v
+		case "limit":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > maxLimit {
+				return f, invalid("limit must be an integer from 1 to %d, got %q", maxLimit, wire.Clip(v))
+			}
+			f.Limit = n
+		default:
+			return f, invalid("unknown query parameter %q (the parameters are status, provider, limit)", wire.Clip(name))
+		}
+	}
+	return f, nil
+}

@@ -68,28 +68,17 @@ func classify(err error) (status int, code, message string) {
 }
 
 // Refusal reasons of opledger_api_refused_total besides the error codes:
-// the finer causes of an invalid request.
+// the finer causes of an invalid request (the intent routes' are in
+// intentbody.go; ReasonInvalidQuery serves both).
 const (
-	ReasonInvalidBody  = "invalid_body"  // a write's body is not read strictly as its fields
-	ReasonInvalidQuery = "invalid_query" // a list's query has unknown, repeated or bad parameters
-	ReasonUnknownID    = "unknown_id"    // the path's id is not one an operation can have
+	ReasonInvalidBody = "invalid_body" // a write's body is not read strictly as its fields
+	ReasonUnknownID   = "unknown_id"   // the path's id is not one an operation can have
 )
 
-// reasoned is an error with the stable reason its refusal is counted by.
-type reasoned struct {
-	reason string
-	err    error
-}
-
-func (r *reasoned) Error() string { return r.err.Error() }
-func (r *reasoned) Unwrap() error { return r.err }
-
-func refusal(reason string, err error) error { return &reasoned{reason: reason, err: err} }
-
 // refusalReason is the stable reason a refused request is counted by: the
-// finer one the error carries, else its error code.
+// finer one the error carries (withReason), else its error code.
 func refusalReason(err error, code string) string {
-	var r *reasoned
+	var r *reasonError
 	if errors.As(err, &r) {
 		return r.reason
 	}
@@ -105,4 +94,7 @@ type ErrorBody struct {
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Reason is a stable cause, for programs, on the intent routes'
+	// refusals of a body or query (intentbody.go).
+	Reason string `json:"reason,omitempty"`
 }

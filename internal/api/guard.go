@@ -52,14 +52,21 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 }
 
 // Probe wraps an operational route (/metrics, /readyz): a token of any
-// role, or, with OpenOnLoopback, none from a loopback address.
+// role but an agent's (403), or, with OpenOnLoopback, none from a loopback
+// address.
 func (g *Guard) Probe(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if g != nil && g.cfg.OpenOnLoopback && loopback(r.RemoteAddr) {
 			h.ServeHTTP(w, r)
 			return
 		}
-		if _, err := g.Authenticate(r); err != nil {
+		actor, err := g.Authenticate(r)
+		if err == nil && actor.Role == ops.RoleAgent {
+			// An agent's token is for its tenant's intents: the process's
+			// metrics and readiness speak of every tenant.
+			err = fmt.Errorf("%s is an agent, bound to tenant %s: %w", actor.ID, actor.Tenant, ops.ErrForbidden)
+		}
+		if err != nil {
 			g.fail(w, r, err)
 			return
 		}

@@ -57,6 +57,16 @@ func TestGuardProbe(t *testing.T) {
 	require.Equal(t, 3.0, unauthorized(t, reg, "missing"))
 	require.Equal(t, 3.0, unauthorized(t, reg, "unknown"))
 
+	// An agent's token (bound to one tenant) reads no process metrics.
+	agentToken, agentEntry, err := api.GenerateAgentToken("agent-1", "acme", "")
+	require.NoError(t, err)
+	withAgent, err := api.NewTokens([]api.TokenEntry{entry, agentEntry})
+	require.NoError(t, err)
+	ga, err := api.NewGuard(api.GuardConfig{Tokens: withAgent})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, do(ga, "10.1.2.3:5000", "Bearer "+agentToken))
+	require.Equal(t, http.StatusNoContent, do(ga, "10.1.2.3:5000", "Bearer "+token))
+
 	none, err := api.NewGuard(api.GuardConfig{})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusServiceUnavailable, do(none, "127.0.0.1:1", "Bearer "+token))

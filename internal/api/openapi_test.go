@@ -141,9 +141,10 @@ func TestDocumentDescribesEveryRoute(t *testing.T) {
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	a.Mount(mux)
+	mountIntents(t, a, mux)
 
 	var mounted []string
-	for _, rt := range api.Routes() {
+	for _, rt := range allRoutes() {
 		mounted = append(mounted, rt.Pattern())
 		req := httptest.NewRequest(rt.Method, strings.ReplaceAll(rt.Path, "{id}", "op_01ABC"), nil)
 		_, pattern := mux.Handler(req)
@@ -245,9 +246,10 @@ func TestDocumentServedAndNoTokensIsUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	a.Mount(mux)
+	mountIntents(t, a, mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	for _, rt := range api.Routes() {
+	for _, rt := range allRoutes() {
 		req, err := http.NewRequest(rt.Method, srv.URL+strings.ReplaceAll(rt.Path, "{id}", "op_01ABC"), strings.NewReader(`{"reason":"x"}`))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer whatever")

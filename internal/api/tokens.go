@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/opledger/opledger/internal/ops"
+	"github.com/opledger/opledger/pkg/wire"
 )
 
 // TokenEntry is one line of the tokens file: an actor, their role, and the
@@ -25,11 +26,25 @@ type TokenEntry struct {
 	Actor  string   `yaml:"actor"`
 	Role   ops.Role `yaml:"role"`
 	SHA256 string   `yaml:"sha256"`
+	// Tenant binds an agent token (role agent, the HTTP intent API) to
+	// the tenant it submits into and reads ("default" for the default
+	// tenant); required for agents, refused for every other role.
+	Tenant string `yaml:"tenant,omitempty"`
+	// WorkflowPrefix, for an agent token, narrows it to the workflows
+	// whose ids start with it.
+	WorkflowPrefix string `yaml:"workflow_prefix,omitempty"`
 }
 
 // Line is the entry as a line of the tokens file.
 func (e TokenEntry) Line() string {
-	return fmt.Sprintf("- {actor: %s, role: %s, sha256: %s}", e.Actor, e.Role, e.SHA256)
+	scope := ""
+	if e.Tenant != "" {
+		scope += ", tenant: " + e.Tenant
+	}
+	if e.WorkflowPrefix != "" {
+		scope += ", workflow_prefix: " + e.WorkflowPrefix
+	}
+	return fmt.Sprintf("- {actor: %s, role: %s%s, sha256: %s}", e.Actor, e.Role, scope, e.SHA256)
 }
 
 // Tokens are the configured API tokens, by hash.
@@ -56,14 +71,15 @@ var (
 
 // NewTokens validates entries: each actor is 1-64 characters of letters,
 // digits and . _ @ - (starting with a letter or digit), each role is
-// viewer, approver, operator, admin or metrics, each sha256 is 64 lowercase hex
-// digits and appears once, and an actor listed more than once (a token
-// being rotated) has one role. The error names every bad entry (1-based)
+// viewer, approver, operator, admin, metrics or agent (an agent with its tenant and
+// optional workflow prefix, see TokenEntry), each sha256 is 64 lowercase
+// hex digits and appears once, and an actor listed more than once (a token
+// being rotated) has one role (and one tenant and prefix). The error names every bad entry (1-based)
 // and never holds a hash.
 func NewTokens(entries []TokenEntry) (*Tokens, error) {
 	t := &Tokens{}
 	seen := map[string]int{}
-	roles := map[string]ops.Role{}
+	roles := map[string]ops.Actor{}
 	var errs []error
 	for i, e := range entries {
 		n := i + 1
@@ -71,8 +87,11 @@ func NewTokens(entries []TokenEntry) (*Tokens, error) {
 		case !actorRE.MatchString(e.Actor):
 			errs = append(errs, fmt.Errorf("entry %d: actor must be 1-64 letters, digits or . _ @ - starting with a letter or digit, got %q", n, clip(e.Actor)))
 			continue
-		case !ops.ValidRole(e.Role):
-			errs = append(errs, fmt.Errorf("entry %d (%s): role must be viewer, approver, operator, admin or metrics, got %q", n, e.Actor, clip(string(e.Role))))
+		case !ops.ValidRole(e.Role) && e.Role != ops.RoleAgent:
+			errs = append(errs, fmt.Errorf("entry %d (%s): role must be viewer, approver, operator, admin, metrics or agent, got %q", n, e.Actor, clip(string(e.Role))))
+			continue
+		case agentScopeError(e) != "":
+			errs = append(errs, fmt.Errorf("entry %d (%s): %s", n, e.Actor, agentScopeError(e)))
 			continue
 		case !hashRE.MatchString(e.SHA256):
 			errs = append(errs, fmt.Errorf("entry %d (%s): sha256 must be 64 lowercase hex digits (opledger token prints it)", n, e.Actor))
@@ -83,13 +102,15 @@ func NewTokens(entries []TokenEntry) (*Tokens, error) {
 			continue
 		}
 		seen[e.SHA256] = n
-		if r, ok := roles[e.Actor]; ok && r != e.Role {
-			errs = append(errs, fmt.Errorf("entry %d (%s): role %s, but an earlier entry gives %s the role %s", n, e.Actor, e.Role, e.Actor, r))
+		actor := ops.Actor{ID: e.Actor, Role: e.Role, Tenant: e.Tenant, WorkflowPrefix: e.WorkflowPrefix}
+		if r, ok := roles[e.Actor]; ok && r != actor {
+			errs = append(errs, fmt.Errorf("entry %d (%s): role %s%s, but an earlier entry gives %s the role %s%s", n, e.Actor, e.Role,
+				scopeText(actor), e.Actor, r.Role, scopeText(r)))
 			continue
 		}
-		roles[e.Actor] = e.Role
+		roles[e.Actor] = actor
 		sum, _ := hex.DecodeString(e.SHA256)
-		t.entries = append(t.entries, tokenEntry{actor: ops.Actor{ID: e.Actor, Role: e.Role}, sum: sum})
+		t.entries = append(t.entries, tokenEntry{actor: actor, sum: sum})
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("api tokens: %w", errors.Join(errs...))
@@ -188,12 +209,25 @@ const TokenPrefix = "opl_"
 // GenerateToken returns a new random token (256 bits from crypto/rand) and
 // its tokens-file entry for actor and role.
 func GenerateToken(actor string, role ops.Role) (token string, entry TokenEntry, err error) {
+	return GenerateTokenFor(TokenEntry{Actor: actor, Role: role})
+}
+
+// GenerateAgentToken is GenerateToken for an agent of tenant, optionally
+// bound to the workflows starting with workflowPrefix.
+func GenerateAgentToken(actor, tenant, workflowPrefix string) (token string, entry TokenEntry, err error) {
+	return GenerateTokenFor(TokenEntry{Actor: actor, Role: ops.RoleAgent, Tenant: tenant, WorkflowPrefix: workflowPrefix})
+}
+
+// GenerateTokenFor returns a new random token and e with its hash: e's
+// actor, role and scope are checked as NewTokens checks them.
+func GenerateTokenFor(e TokenEntry) (token string, entry TokenEntry, err error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return "", TokenEntry{}, fmt.Errorf("generate token: %w", err)
 	}
 	token = TokenPrefix + base64.RawURLEncoding.EncodeToString(b)
-	entry = TokenEntry{Actor: actor, Role: role, SHA256: HashToken(token)}
+	entry = e
+	entry.SHA256 = HashToken(token)
 	if _, err := NewTokens([]TokenEntry{entry}); err != nil {
 		return "", TokenEntry{}, err
 	}
@@ -203,6 +237,37 @@ func GenerateToken(actor string, role ops.Role) (token string, entry TokenEntry,
 func clip(s string) string {
 	if len(s) > 64 {
 		return s[:64] + "…"
+	}
+	return s
+}
+
+// agentScopeError says what is wrong with an entry's tenant and workflow
+// prefix, or "": an agent needs a tenant and may have a prefix; no other
+// role has either.
+func agentScopeError(e TokenEntry) string {
+	if e.Role != ops.RoleAgent {
+		if e.Tenant != "" || e.WorkflowPrefix != "" {
+			return "only an agent token has a tenant or a workflow_prefix"
+		}
+		return ""
+	}
+	switch {
+	case !wire.ValidTenant(e.Tenant):
+		return fmt.Sprintf("an agent token needs its tenant (1-63 lower-case letters, digits, _ or -; default for the default tenant), got %q", clip(e.Tenant))
+	case e.WorkflowPrefix != "" && !wire.ValidWorkflowID(e.WorkflowPrefix):
+		return fmt.Sprintf("workflow_prefix must be the start of a workflow id (printable, no '.', '*', '>' or spaces), got %q", clip(e.WorkflowPrefix))
+	}
+	return ""
+}
+
+// scopeText describes an agent's binding for an error message.
+func scopeText(a ops.Actor) string {
+	if a.Role != ops.RoleAgent {
+		return ""
+	}
+	s := " of tenant " + a.Tenant
+	if a.WorkflowPrefix != "" {
+		s += " and workflows " + a.WorkflowPrefix + "*"
 	}
 	return s
 }

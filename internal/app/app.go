@@ -10,6 +10,8 @@
 //   - logging.go: the process logger;
 //   - registry.go: loading the operator's registry with vendor URLs and
 //     secrets from the program's edge;
+//   - webhooks.go: the webhook providers' signing secrets, read at the
+//     program's edge (and made afresh for a stack's stand-in vendors);
 //   - service.go: a service binary's configuration (flags and environment,
 //     read at the program's edge) and its run loop;
 //   - boot.go: what a service binary's HTTP endpoints say while it starts

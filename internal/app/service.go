@@ -27,6 +27,7 @@ import (
 	"github.com/opledger/opledger/internal/ops"
 	redactpkg "github.com/opledger/opledger/internal/redact"
 	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/internal/webhook"
 	"github.com/opledger/opledger/schema"
 )
 
@@ -58,6 +59,15 @@ type ServiceConfig struct {
 	// HTTPOpenLoopback lets requests from a loopback address read /metrics
 	// and /readyz without a token (a container's own healthcheck).
 	HTTPOpenLoopback bool
+	// IntentNATSSecrets is the directory of the agents' NATS passwords the
+	// HTTP intent API connects with, one per tenant (planner-ingest only;
+	// IntentNATS.SecretsDir); empty, it uses NATSAuth.
+	IntentNATSSecrets string
+	// IntentWait bounds the intent API's ?wait=final (0: 25s).
+	IntentWait time.Duration
+	// WebhookSecretFiles names, per webhook provider, a file holding its
+	// signing secrets (planner-ingest only); see WebhookSecrets.
+	WebhookSecretFiles map[string]string
 	// ConnectTimeout bounds how long start-up waits for Postgres and NATS.
 	ConnectTimeout time.Duration
 	// Consumer tunes the service's JetStream consumer (AckWait, heartbeat,
@@ -132,6 +142,20 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	fs.StringVar(&cfg.APITokens, "api-tokens", env("OPLEDGER_API_TOKENS", ""), "tokens file: any of its tokens (the metrics role included) reads /metrics, /readyz and /v1/openapi.yaml, and planner-ingest's operators' API takes them by role; unset, those answer 503 [OPLEDGER_API_TOKENS]")
 	fs.BoolVar(&cfg.HTTPOpenLoopback, "http-open-loopback", env("OPLEDGER_HTTP_OPEN_LOOPBACK", "") == "true",
 		"answer /metrics and /readyz without a token to requests from a loopback address (a container's own healthcheck); off by default [OPLEDGER_HTTP_OPEN_LOOPBACK=true]")
+	cfg.WebhookSecretFiles = map[string]string{}
+	if name == PlannerIngest {
+		fs.StringVar(&cfg.IntentNATSSecrets, "intent-nats-secrets", env("OPLEDGER_INTENT_NATS_SECRETS", ""),
+			"directory of the agents' NATS passwords (agent-<tenant>.password, as deploy/nats/genpasswd writes them) the HTTP intent API submits with, as each agent token's tenant; unset, it uses this service's NATS credentials [OPLEDGER_INTENT_NATS_SECRETS]")
+		fs.Func("webhook-secrets-file", "PROVIDER=FILE: the signing secrets of a webhook provider, separated by white space (repeatable) "+
+			"[OPLEDGER_WEBHOOK_SECRETS_<PROVIDER>_FILE, or the secrets themselves in OPLEDGER_WEBHOOK_SECRETS_<PROVIDER>]", func(s string) error {
+			p, file, ok := strings.Cut(s, "=")
+			if !ok || p == "" || file == "" {
+				return fmt.Errorf("want PROVIDER=FILE, got %q", s)
+			}
+			cfg.WebhookSecretFiles[p] = file
+			return nil
+		})
+	}
 	connectTimeout := time.Minute
 	if v := env("OPLEDGER_CONNECT_TIMEOUT", ""); v != "" {
 		var err error
@@ -147,12 +171,16 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 		{"ack-wait", "OPLEDGER_ACK_WAIT", "how long JetStream leaves a command with this process while nothing reports on it (0: " + defaultAckWait(name) + ")", &cfg.Consumer.AckWait},
 		{"heartbeat", "OPLEDGER_HEARTBEAT", "how often a command still being handled is reported in progress (0: a third of the ack wait)", &cfg.Consumer.Heartbeat},
 		{"nak-delay", "OPLEDGER_NAK_DELAY", "how long a command given back while Postgres is unreachable waits before redelivery (0: 1s)", &cfg.Consumer.NakDelay},
+		{"intent-wait", "OPLEDGER_INTENT_WAIT", "how long POST /v1/intents?wait=final waits for the operation to come to rest (0: 25s, at most 10m)", &cfg.IntentWait},
 		{"statement-timeout", "OPLEDGER_STATEMENT_TIMEOUT", "bound on each Postgres statement without a deadline of its own (0: 10s)", &cfg.StatementTimeout},
 		{"rejected-retention", "OPLEDGER_REJECTED_RETENTION", "the maintenance leader's: how long the inbox rows of rejected intents are kept; their event ids are judged again as new after it (0: 168h)", &cfg.RejectedRetention},
 	}
 	for _, d := range durations {
 		if strings.HasSuffix(d.name, "-retention") && name != Reconciler {
 			continue // the maintenance leader's, which only reconcilers campaign for
+		}
+		if d.name == "intent-wait" && name != PlannerIngest {
+			continue // the HTTP intent API's, which planner-ingest serves
 		}
 		def := time.Duration(0)
 		if v := env(d.env, ""); v != "" {
@@ -202,7 +230,8 @@ func defaultAckWait(service string) string {
 // database whose schema is not up to date unless Migrate is set, starts the
 // service and its outbox relays, and serves /metrics, /healthz, /readyz and
 // the API's document /v1/openapi.yaml (planner-ingest also the operators'
-// API, behind cfg.APITokens).
+// API, behind cfg.APITokens, and the vendors' webhooks, POST
+// /webhooks/{provider}).
 func RunService(ctx context.Context, cfg ServiceConfig) error {
 	if !slices.Contains(AllServices, cfg.Name) {
 		return fmt.Errorf("unknown service %q (have %v)", cfg.Name, AllServices)
@@ -233,6 +262,14 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	var tokens *api.Tokens
 	if cfg.APITokens != "" {
 		if tokens, err = api.LoadTokens(cfg.APITokens); err != nil {
+			return err
+		}
+	}
+	// It also takes the vendors' webhooks: their signing secrets come from
+	// the environment or files, and a bad one stops it here too.
+	var webhookSecrets map[string][]webhook.Secret
+	if cfg.Name == PlannerIngest {
+		if webhookSecrets, err = WebhookSecrets(reg, cfg.Registry.LookupEnv, cfg.WebhookSecretFiles); err != nil {
 			return err
 		}
 	}
@@ -273,7 +310,7 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	s, err := StartServices(ctx, ServicesConfig{
 		DatabaseURL: cfg.DatabaseURL, DatabaseURLs: dbURLs, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
 		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays, SetRoles: cfg.SetRoles,
-		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout, MCPUpstreams: upstreams,
+		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout, MCPUpstreams: upstreams, WebhookSecrets: webhookSecrets,
 		Maintain: maintain.Config{RejectedRetention: cfg.RejectedRetention},
 		Metrics:  telemetry.NewMetrics(promReg), Log: base,
 	})
@@ -288,7 +325,23 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 		if err != nil {
 			return err
 		}
+		base := cfg.NATSAuth
+		if base.InboxPrefix == "" {
+			base.InboxPrefix = ServiceInboxPrefix(cfg.Name)
+		}
+		doors := newTenantDoors(IntentNATS{URL: cfg.NATSURL, Base: base, SecretsDir: cfg.IntentNATSSecrets}, reg,
+			intentWait(cfg.IntentWait), log)
+		defer doors.Close()
+		intents, err := api.NewIntents(api.IntentsConfig{API: a, Doors: doors, Wait: intentWait(cfg.IntentWait), Registerer: promReg, Log: log})
+		if err != nil {
+			return err
+		}
 		a.Mount(routes)
+		intents.Mount(routes)
+		s.Webhooks.Mount(routes)
+		for _, p := range s.Webhooks.Unconfigured() {
+			log.Warn().Str("provider", p).Str("env", WebhookSecretsEnv(p)).Msg("no signing secret for this webhook provider: its deliveries are refused (503 no_secret)")
+		}
 	} else {
 		// Every service hands out the API's document; planner-ingest
 		// serves the API itself.

@@ -147,13 +147,13 @@ func TestServiceAnswersWhileWaitingForDependencies(t *testing.T) {
 }
 
 // Each service binary shows and takes only its own flags: -instances is the
-// dispatcher's, -api-database-url planner-ingest's (the API's login), the
-// retention period the reconciler's (its process campaigns for the
-// maintenance leadership). Every one takes -api-tokens and
-// -http-open-loopback: its /metrics and /readyz need a credential.
+// dispatcher's, -api-database-url and -webhook-secrets-file
+// planner-ingest's, the retention period the reconciler's (its process
+// campaigns for the maintenance leadership). Every one takes -api-tokens
+// and -http-open-loopback: its /metrics and /readyz need a credential.
 func TestServiceFlagsAreEachBinarysOwn(t *testing.T) {
 	t.Parallel()
-	own := map[string][]string{app.Dispatcher: {"-instances"}, app.PlannerIngest: {"-api-database-url"},
+	own := map[string][]string{app.Dispatcher: {"-instances"}, app.PlannerIngest: {"-api-database-url", "-webhook-secrets-file"},
 		app.Reconciler: {"-rejected-retention"}}
 	for _, name := range app.AllServices {
 		var usage strings.Builder

@@ -14,12 +14,14 @@ import (
 	"github.com/opledger/opledger/internal/bus"
 	"github.com/opledger/opledger/internal/compensate"
 	"github.com/opledger/opledger/internal/dispatch"
+	"github.com/opledger/opledger/internal/evidence"
 	"github.com/opledger/opledger/internal/ingest"
 	"github.com/opledger/opledger/internal/maintain"
 	"github.com/opledger/opledger/internal/outbox"
 	"github.com/opledger/opledger/internal/reconcile"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/internal/webhook"
 	"github.com/opledger/opledger/pkg/adapter"
 	"github.com/opledger/opledger/pkg/adapter/mcpadapter"
 	"github.com/opledger/opledger/pkg/op"
@@ -68,21 +70,26 @@ var DBRoles = map[string]string{
 //     commands, and the operators' API it serves: an approval or a
 //     "not applied" verdict dispatches, a compensation is a new operation
 //     (dispatch), "give up" fails the operation (failed), every change
-//     answers the agent (results).
+//     answers the agent (results); and the vendors' webhooks it takes,
+//     whose evidence settles an operation (what follows an outcome:
+//     dispatch, unknown, failed, results) or flags an out-of-band effect
+//     (alerts).
 //   - dispatcher: an attempt's outcome and what follows it: a retry
 //     (dispatch), an ambiguous outcome (unknown), a permanent failure
 //     (failed), the agent's result.
 //   - reconciler: a lookup's verdict and what follows it (as the
-//     dispatcher's), and the maintenance leader's sweeps (unknown), re-drives
-//     (dispatch, unknown) and expired approvals (results).
+//     dispatcher's), webhook evidence it applies (as planner-ingest's,
+//     alerts included), and the maintenance leader's sweeps (unknown),
+//     re-drives (dispatch, unknown), expired approvals (results) and held
+//     evidence.
 //   - compensator: compensations (dispatch) and results.
 //
 // A process running one service relays only its own rows
 // (outbox.Config.Subjects); a process running several relays every row.
 var PublishPrefixes = map[string][]string{
-	PlannerIngest: {wire.OpsSubjectPrefix + wire.KindDispatch + ".", wire.OpsSubjectPrefix + wire.KindFailed + ".", wire.ResultSubjectPrefix},
+	PlannerIngest: {wire.OpsSubjectPrefix + wire.KindDispatch + ".", wire.OpsSubjectPrefix + wire.KindUnknown + ".", wire.OpsSubjectPrefix + wire.KindFailed + ".", wire.ResultSubjectPrefix, wire.AlertSubjectPrefix},
 	Dispatcher:    {wire.OpsSubjectPrefix + wire.KindDispatch + ".", wire.OpsSubjectPrefix + wire.KindUnknown + ".", wire.OpsSubjectPrefix + wire.KindFailed + ".", wire.ResultSubjectPrefix},
-	Reconciler:    {wire.OpsSubjectPrefix + wire.KindDispatch + ".", wire.OpsSubjectPrefix + wire.KindUnknown + ".", wire.OpsSubjectPrefix + wire.KindFailed + ".", wire.ResultSubjectPrefix},
+	Reconciler:    {wire.OpsSubjectPrefix + wire.KindDispatch + ".", wire.OpsSubjectPrefix + wire.KindUnknown + ".", wire.OpsSubjectPrefix + wire.KindFailed + ".", wire.ResultSubjectPrefix, wire.AlertSubjectPrefix},
 	Compensator:   {wire.OpsSubjectPrefix + wire.KindDispatch + ".", wire.ResultSubjectPrefix},
 }
 
@@ -173,6 +180,10 @@ type ServicesConfig struct {
 	// An empty InboxPrefix becomes ServiceInboxPrefix of the service when
 	// the process runs one service (of "opledger" otherwise).
 	NATSAuth bus.Auth
+
+	// WebhookSecrets are the signing secrets of the registry's webhook
+	// providers (WebhookSecrets), for planner-ingest's webhook intake.
+	WebhookSecrets map[string][]webhook.Secret
 }
 
 // Services are running services.
@@ -180,6 +191,9 @@ type Services struct {
 	// Store is on DatabaseURL as its user: the process's checks, and reads
 	// for the tools and tests that run a stack.
 	Store *store.Store
+	// Webhooks is planner-ingest's webhook intake (POST /webhooks/{provider})
+	// for the process's HTTP server to mount; nil without planner-ingest.
+	Webhooks *webhook.Intake
 	// parts are the stores of the services and parts that have their own
 	// (DatabaseURLs, SetRoles); own are the stores to close.
 	parts  map[string]*store.Store
@@ -361,6 +375,13 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 			if err := start(ingest.New(ingest.Config{Workers: cfg.IngestWorkers, Tuning: cfg.Consumer}, ps, b, cfg.Registry, cfg.Metrics, log).Start); err != nil {
 				return nil, err
 			}
+			// Webhooks come in through the process's HTTP server, as
+			// planner-ingest, into the same inbox.
+			wlog := log.With().Str("component", "webhooks").Logger()
+			if s.Webhooks, err = webhook.New(webhook.Config{Registry: cfg.Registry, Secrets: cfg.WebhookSecrets, Store: ps,
+				Evidence: evidence.New(cfg.Registry, cfg.Metrics, wlog), Metrics: cfg.Metrics, Log: wlog}); err != nil {
+				return nil, err
+			}
 		case Dispatcher:
 			ps, err := storeFor(name)
 			if err != nil {
@@ -400,11 +421,17 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 			if rc.Tuning == (bus.Tuning{}) {
 				rc.Tuning = cfg.Consumer
 			}
+			if rc.Evidence == nil {
+				rc.Evidence = evidence.New(cfg.Registry, cfg.Metrics, log)
+			}
 			if err := start(reconcile.New(rc, ps, b, cfg.Registry, adapters, cfg.Metrics, log).Start); err != nil {
 				return nil, err
 			}
 			mc := cfg.Maintain
 			mc.Name = cfg.Instance + "/reconciler"
+			if mc.Evidence == nil {
+				mc.Evidence = evidence.New(cfg.Registry, cfg.Metrics, log)
+			}
 			watch := func(ctx context.Context) (time.Time, error) { return b.StreamCreated(ctx, wire.StreamOps) }
 			if err := start(maintain.New(mc, ms, cfg.Registry, watch, cfg.Metrics, log).Start); err != nil {
 				return nil, err

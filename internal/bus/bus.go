@@ -130,13 +130,14 @@ type StreamOptions struct {
 	// RESULTS (default 2m). INTENTS has none (StreamIntentsAnchor).
 	DuplicateWindow time.Duration
 	// MaxAge bounds how long messages are kept (default 24h for INTENTS and
-	// OPS, 1h for RESULTS). The ledger, not the stream, is the record.
+	// OPS, 1h for RESULTS, 7 days for ALERTS). The ledger, not the stream,
+	// is the record.
 	MaxAge time.Duration
 	// Memory stores streams in memory (tests, benchmarks); default file.
 	Memory bool
 }
 
-// EnsureStreams creates INTENTS, OPS and RESULTS where they do not exist
+// EnsureStreams creates INTENTS, OPS, RESULTS and ALERTS where they do not exist
 // yet, and remembers o for recreating them should the server lose them.
 // Existing streams are left as the operator configured them, except that
 // OPS must keep at most one message per subject (one live command per
@@ -175,6 +176,9 @@ func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 		{Name: wire.StreamOps, Subjects: []string{wire.OpsSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour),
 			Retention: jetstream.WorkQueuePolicy, MaxMsgsPerSubject: 1, Duplicates: o.DuplicateWindow},
 		{Name: wire.StreamResults, Subjects: []string{wire.ResultSubjectPrefix + ">"}, MaxAge: age(time.Hour), Retention: jetstream.LimitsPolicy,
+			Duplicates: o.DuplicateWindow},
+		// Alerts are for people, who may look once a day.
+		{Name: wire.StreamAlerts, Subjects: []string{wire.AlertSubjectPrefix + ">"}, MaxAge: age(7 * 24 * time.Hour), Retention: jetstream.LimitsPolicy,
 			Duplicates: o.DuplicateWindow},
 	} {
 		sc.Storage = storage

@@ -340,7 +340,7 @@ func TestConsumeRecreatesLostStreamAndConsumer(t *testing.T) {
 	require.Equal(t, "0", <-got)
 
 	// The store is lost: the streams go, and the consumer with them.
-	for _, name := range []string{wire.StreamIntents, wire.StreamOps, wire.StreamResults} {
+	for _, name := range []string{wire.StreamIntents, wire.StreamOps, wire.StreamResults, wire.StreamAlerts} {
 		require.NoError(t, e.js.DeleteStream(ctx, name))
 	}
 	require.Eventually(t, func() bool {

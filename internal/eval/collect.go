@@ -163,7 +163,7 @@ func observe(lanes [][]*phase, ledger map[string]*ledgerOp, inbox map[string]*st
 			attributed += x.Effects
 		}
 		for _, e := range l.events {
-			x.Events = append(x.Events, EventObs{Event: e.Event, From: e.From, To: e.To, At: e.At, Reason: detailReason(e.Detail)})
+			x.Events = append(x.Events, EventObs{Event: e.Event, From: e.From, To: e.To, At: e.At, Reason: detailReason(e.Detail), Actor: e.Actor})
 		}
 		for _, a := range l.attempts {
 			x.Attempts = append(x.Attempts, AttemptObs{StartedAt: a.StartedAt, FinishedAt: a.FinishedAt, Outcome: a.Outcome})

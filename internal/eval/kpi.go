@@ -111,6 +111,8 @@ type EventObs struct {
 	// Reason is the event's stated reason (a reconciler verdict, a
 	// sweeper's reason), if any.
 	Reason string
+	// Actor is who wrote the event ("webhook:<provider>" for a webhook).
+	Actor string
 }
 
 // AttemptObs is one dispatch attempt.
@@ -156,6 +158,10 @@ type KPIs struct {
 	ResolvedWithoutHuman      int     `json:"resolved_without_human"`
 	ResolvedWithoutHumanShare float64 `json:"resolved_without_human_share"`
 	UnknownEscalated          int     `json:"unknown_then_escalated"`
+	// ResolvedByWebhook counts operations a vendor's webhook settled
+	// (an event by actor webhook:<provider>), counted apart from attempts
+	// and lookups.
+	ResolvedByWebhook int `json:"resolved_by_webhook"`
 
 	ReconciliationEpisodes int     `json:"reconciliation_episodes"`
 	ReconciliationOpen     int     `json:"reconciliation_open_episodes"`
@@ -340,6 +346,9 @@ func Compute(o Observations) KPIs {
 		for _, e := range x.Events {
 			if e.Event == op.EventEscalate {
 				k.Escalations[ReasonClass(e.Reason)]++
+			}
+			if strings.HasPrefix(e.Actor, "webhook:") && (e.Event == op.EventSucceed || e.Event == op.EventNoop || e.Event == op.EventFailPermanent) {
+				k.ResolvedByWebhook++
 			}
 			if e.To == op.StateUnknownOutcome && e.From != op.StateUnknownOutcome {
 				wasUnknown, entered = true, e.At

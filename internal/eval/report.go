@@ -53,7 +53,7 @@ func (r *Report) WriteText(w io.Writer) {
 			k.DuplicateEffects, k.Operations, k.DuplicateEffectsByKey, k.DuplicateEffectsByEntity, k.UnattributedEffects))
 	row("unknown-outcome rate", pct(k.UnknownOutcomeRate), fmt.Sprintf("%d of %d operations ever in unknown_outcome", k.UnknownOutcomeOps, k.Operations))
 	row("ambiguous outcomes resolved without a human", pct(k.ResolvedWithoutHumanShare),
-		fmt.Sprintf("%d of %d ended completed_* or failed_*; %d escalated", k.ResolvedWithoutHuman, k.UnknownOutcomeOps, k.UnknownEscalated))
+		fmt.Sprintf("%d of %d ended completed_* or failed_*; %d escalated; %d operations settled by a vendor webhook", k.ResolvedWithoutHuman, k.UnknownOutcomeOps, k.UnknownEscalated, k.ResolvedByWebhook))
 	row("reconciliation time mean / p99", fmt.Sprintf("%s / %s", msStr(k.ReconciliationMeanMS), msStr(k.ReconciliationP99MS)),
 		fmt.Sprintf("unknown_outcome entered → left, %d episodes, max %s, %d still open", k.ReconciliationEpisodes, msStr(k.ReconciliationMaxMS), k.ReconciliationOpen))
 	row("false suppressions per 10k actions", fmt.Sprintf("%.2f", k.FalseSuppressionsPer10k),

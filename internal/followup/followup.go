@@ -174,12 +174,25 @@ func (p Plan) Write(ctx context.Context, st *store.Store, c store.Change) (*op.O
 	var cur *op.Operation
 	err := st.InTx(ctx, func(tx *store.Tx) error {
 		var err error
-		if cur, err = tx.Transition(ctx, c); err != nil {
-			return err
-		}
-		return CompleteCompensation(ctx, tx, cur)
+		cur, err = p.WriteIn(ctx, tx, c)
+		return err
 	})
 	return cur, err
+}
+
+// WriteIn is Write inside tx, for a decision that commits with other
+// writes (the webhook evidence that made it).
+func (p Plan) WriteIn(ctx context.Context, tx *store.Tx, c store.Change) (*op.Operation, error) {
+	cur, err := tx.Transition(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if p.To == op.StateCompletedSuccess || p.To == op.StateCompletedNoop {
+		if err := CompleteCompensation(ctx, tx, cur); err != nil {
+			return nil, err
+		}
+	}
+	return cur, nil
 }
 
 // CompleteCompensation moves the operation that o compensates, if any, from

@@ -19,6 +19,9 @@
 //   - Retention deletes published outbox rows, rejected inbox rows and the
 //     reconciler's lookup counters of episodes that are over after their
 //     periods.
+//   - The webhook pass looks again at held webhook evidence that is due
+//     (internal/evidence): it settles the operation it names once it can,
+//     and flags it (with an alert) when its hold runs out.
 //
 // Each task loops until a batch comes back short, up to a cap per pass;
 // a pass that hits the cap is counted and logged, never silent.
@@ -33,6 +36,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/opledger/opledger/internal/evidence"
 	"github.com/opledger/opledger/internal/followup"
 	"github.com/opledger/opledger/internal/outbox"
 	"github.com/opledger/opledger/internal/store"
@@ -75,6 +79,9 @@ type Config struct {
 	// Batch is the rows per statement (default 500); MaxBatches caps the
 	// batches of one task per pass (default 20).
 	Batch, MaxBatches int
+	// Evidence, when set, runs the webhook pass with the sweeper: held
+	// webhook evidence is settled, or flagged once its hold runs out.
+	Evidence *evidence.Settler
 }
 
 func (c *Config) setDefaults() {
@@ -229,6 +236,7 @@ func (mt *Maintainer) lead(ctx context.Context, l *store.Leadership) {
 		case <-sweep.C:
 			mt.runTask(ctx, "sweep", mt.Sweep)
 			mt.runTask(ctx, "approvals", mt.ExpireApprovals)
+			mt.runTask(ctx, "webhooks", mt.SettleHeld)
 			mt.runTask(ctx, "parked", mt.CountParked)
 		case <-redrive.C:
 			mt.runTask(ctx, "redrive", mt.redriveTask)
@@ -366,6 +374,41 @@ func (mt *Maintainer) fence(ctx context.Context, o *op.Operation, attemptID, why
 	mt.log.Warn().Str("operation_id", o.ID).Str("tool", o.Tool).Str("idempotency_key", o.IdempotencyKey).
 		Str("attempt_id", attemptID).Str("state_transition", "dispatched->unknown_outcome").Str("reason", why).Msg("swept stuck operation")
 	return true, nil
+}
+
+// SettleHeld looks again at every held webhook evidence that is due (each
+// is looked at with backoff): it applies it when its operation can be
+// settled, confirms or flags it when its operation already settled, and
+// flags it with an alert when its hold ran out. It returns how many it
+// decided.
+func (mt *Maintainer) SettleHeld(ctx context.Context) (int, error) {
+	if mt.cfg.Evidence == nil {
+		return 0, nil
+	}
+	n := 0
+	for range mt.cfg.MaxBatches {
+		due, err := mt.store.DueEvidence(ctx, mt.cfg.Batch)
+		if err != nil {
+			return n, err
+		}
+		for _, e := range due {
+			d, err := mt.cfg.Evidence.SettleIn(ctx, mt.store, e)
+			if err != nil {
+				return n, err
+			}
+			if d.Status != "" && d.Status != store.EvidenceHeld {
+				n++
+			}
+		}
+		if len(due) < mt.cfg.Batch {
+			mt.m.Maintained("webhooks", n)
+			return n, nil
+		}
+	}
+	mt.m.Maintained("webhooks", n)
+	mt.m.Capped("webhooks")
+	mt.log.Warn().Int("decided", n).Msg("webhook pass stopped at its cap with more held evidence due; it goes on at its next pass")
+	return n, nil
 }
 
 // ExpireApprovals cancels operations whose approval request expired on the

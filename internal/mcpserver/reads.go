@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/opledger/opledger/internal/agentcall"
 	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/wire"
 )
@@ -59,24 +59,14 @@ func (s *server) visible(o *op.Operation, workflow string) bool {
 }
 
 func (s *server) fromOperation(o *op.Operation) *Result {
-	rec, msg := op.Advise(o)
-	res := &Result{OperationID: o.ID, Tool: o.Tool, WorkflowID: o.WorkflowID, Status: string(o.State), Final: o.State.Terminal(),
-		Decision: "read", IdempotencyKey: o.IdempotencyKey, ExternalObjectID: o.ExternalObjectID, ExternalRequestID: o.ExternalRequestID,
-		Attempts: o.AttemptCount, RetryRecommendation: string(rec), SafeUserMessage: msg, Version: o.Version, EventID: o.OriginEventID}
-	if o.LastError != "" && !o.State.Terminal() || o.State == op.StateFailedPermanent {
-		res.Reason = wire.Clip200(o.LastError)
-	}
-	if !o.UpdatedAt.IsZero() {
-		res.At = o.UpdatedAt.UTC().Format(time.RFC3339Nano)
-	}
-	res.Receipt = NewReceipt(o.ID, o.Tool, string(o.State), o.Version, o.IdempotencyKey, o.ArgsHash, o.ExternalObjectID, o.UpdatedAt, s.verify(o.ID))
+	res := agentcall.FromOperation(o, s.verify(o.ID))
 	if o.State == op.StateAwaitingApproval {
 		res.Approval = &Approval{ElicitationID: ElicitationID(o.ID, o.ArgsHash), ArgsHash: o.ArgsHash, Elicited: "none"}
 		if s.cfg.APIURL != "" {
 			res.Approval.URL = s.cfg.APIURL + "/v1/operations/" + o.ID
 		}
 	}
-	res.advise(true, "")
+	advise(res, true, "")
 	return res
 }
 

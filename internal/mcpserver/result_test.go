@@ -25,7 +25,7 @@ func TestUnknownOutcomeIsACompleteAnswer(t *testing.T) {
 	t.Parallel()
 	r := result(op.StateUnknownOutcome, op.DecisionNew)
 	res := fromClient(r, r, "abc", "opledger ops show op_1")
-	res.advise(true, "")
+	advise(res, true, "")
 	out := render(res)
 	require.False(t, out.IsError)
 	require.Equal(t, "reconcile_before_retry", res.RetryRecommendation)
@@ -38,7 +38,7 @@ func TestUnknownOutcomeIsACompleteAnswer(t *testing.T) {
 		op.StateCancelled: true, op.StateEscalated: false, op.StateAwaitingApproval: false, op.StatePendingDispatch: false} {
 		r := result(state, op.DecisionNew)
 		res := fromClient(r, r, "", "")
-		res.advise(false, "call again")
+		advise(res, false, "call again")
 		require.Equal(t, isErr, render(res).IsError, "%s", state)
 		require.NotEmpty(t, res.Next)
 	}

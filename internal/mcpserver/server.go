@@ -322,7 +322,7 @@ func (s *server) call(t *registry.Tool) mcp.ToolHandler {
 				return input, nil
 			}
 		}
-		res.advise(s.cfg.Reader != nil, "call this tool again with the same arguments and the same tool-call id")
+		advise(res, s.cfg.Reader != nil, "call this tool again with the same arguments and the same tool-call id")
 		log.Info().Str("event_id", sub.EventID).Str("operation_id", res.OperationID).Str("status", res.Status).
 			Str("dedupe_decision", res.Decision).Dur("waited", sub.Waited).Msg("mcp: tools/call answered")
 		return render(res), nil
@@ -335,9 +335,8 @@ func (s *server) refused(tool, workflow string, err error) (*mcp.CallToolResult,
 	if !errors.As(err, &inv) {
 		return nil, err
 	}
-	res := &Result{Tool: tool, WorkflowID: workflow, Status: string(op.StateRejected), Final: true, Decision: string(op.DecisionRejected),
-		RetryRecommendation: string(op.RecommendChangeArguments), SafeUserMessage: "The request was not accepted and nothing was done.", Reason: inv.Reason}
-	res.advise(false, "")
+	res := agentcall.Refused(tool, workflow, "", inv)
+	advise(res, false, "")
 	return render(res), nil
 }
 
@@ -348,7 +347,7 @@ func render(res *Result) *mcp.CallToolResult {
 	if res.Receipt != nil {
 		line = res.Receipt.Text + ". " + line
 	}
-	return &mcp.CallToolResult{StructuredContent: res, IsError: res.definitiveFailure(),
+	return &mcp.CallToolResult{StructuredContent: res, IsError: res.DefinitiveFailure(),
 		Content: []mcp.Content{&mcp.TextContent{Text: res.SafeUserMessage}, &mcp.TextContent{Text: line}}}
 }
 
@@ -386,12 +385,7 @@ func (s *server) progress(ctx context.Context, req *mcp.CallToolRequest) func(cl
 
 // ElicitationID names an approval request: the operation and its
 // arguments hash. The same call always gets the same one, across restarts.
-func ElicitationID(opID, argsHash string) string {
-	if len(argsHash) > 16 {
-		argsHash = argsHash[:16]
-	}
-	return "opledger-approval-" + opID + "-" + argsHash
-}
+func ElicitationID(opID, argsHash string) string { return agentcall.ApprovalID(opID, argsHash) }
 
 // inputApproval is the key of the approval in a call's input requests.
 const inputApproval = "opledger_approval"

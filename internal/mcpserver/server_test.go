@@ -89,8 +89,19 @@ func TestServer(t *testing.T) {
 		require.Equal(t, "duplicate_event", noID2.Decision, "without a tool-call id the event id comes from the business identity")
 		require.Equal(t, noID1.EventID, noID2.EventID)
 
+		// The same tool-call id with other arguments is another intent under
+		// a used event id: the ledger's answer to this call (conflict), not
+		// the first call's outcome.
+		reused, err := call(ctx, cs, "capture_payment", capture("order_srv_9", 100), "conv_1", "call_1", nil)
+		require.NoError(t, err)
+		conflict := structured[mcpserver.Result](t, reused)
+		require.Equal(t, "conflict", conflict.Decision, conflict.Reason)
+		require.NotEqual(t, first.Status, conflict.Status)
+		require.True(t, reused.IsError)
+
 		require.Equal(t, 1, e.captures(captureKey("order_srv_1", 4900)), "one charge at the vendor")
 		require.Equal(t, 1, e.captures(captureKey("order_srv_2", 4900)))
+		require.Zero(t, e.captures(captureKey("order_srv_9", 100)))
 	})
 
 	t.Run("invalid arguments are refused before anything is sent", func(t *testing.T) {

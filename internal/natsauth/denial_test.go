@@ -314,11 +314,12 @@ func TestServiceFixesStreamSettings(t *testing.T) {
 }
 
 // Each service may publish exactly the subjects its process writes
-// (app.PublishPrefixes): every kind of command it writes and results are
-// allowed, and the commands it never writes, alerts (nobody publishes them)
-// and the reserved completed kind are refused. Breaking it: a service user
-// with opledger.ops.> again (a compromised planner-ingest could then forge
-// the reconciler's unknown commands, a compensator any command), or a
+// (app.PublishPrefixes): every kind of command it writes, results and
+// alerts (planner-ingest and the reconciler, which apply webhook evidence)
+// are allowed, and the commands it never writes, alerts for the others and
+// the reserved completed kind are refused. Breaking it: a service user
+// with opledger.ops.> again (a compromised compensator could then forge
+// any command, a dispatcher alerts), or a
 // prefix in app.PublishPrefixes that nats.conf does not grant (its relay's
 // publishes refused; TestPipelineWithServicesAsTheirUsers also fails).
 func TestServicesPublishOnlyWhatTheyWrite(t *testing.T) {
@@ -355,6 +356,8 @@ func TestServicesPublishOnlyWhatTheyWrite(t *testing.T) {
 		require.True(t, allowed(wire.ResultSubject("x")), "%s answers agents", svc)
 	}
 	// What the lists say, in words: who may write which command.
-	require.ElementsMatch(t, []string{"opledger.ops.dispatch.", "opledger.ops.failed.", "opledger.results."}, app.PublishPrefixes[app.PlannerIngest])
+	require.ElementsMatch(t, []string{"opledger.ops.dispatch.", "opledger.ops.unknown.", "opledger.ops.failed.", "opledger.results.", "opledger.alerts."},
+		app.PublishPrefixes[app.PlannerIngest])
+	require.NotContains(t, app.PublishPrefixes[app.Dispatcher], "opledger.alerts.")
 	require.ElementsMatch(t, []string{"opledger.ops.dispatch.", "opledger.results."}, app.PublishPrefixes[app.Compensator])
 }

@@ -51,6 +51,9 @@ func ValidRole(r Role) bool {
 type Actor struct {
 	ID   string
 	Role Role
+	// Tenant and WorkflowPrefix bind an agent (RoleAgent) to the
+	// operations it may submit and see; empty for every other role.
+	Tenant, WorkflowPrefix string
 }
 
 // Errors, classified once by the HTTP API (403, 409, 400, 404).
@@ -116,6 +119,9 @@ type Detail struct {
 	Attempts  []*op.Attempt          `json:"attempts"`
 	Approval  *store.ApprovalRequest `json:"approval,omitempty"`
 	Audit     []store.AuditEntry     `json:"audit"`
+	// Webhooks is the webhook evidence found to be about the operation:
+	// what settled it, confirmed it, or was flagged against it.
+	Webhooks []*store.Evidence `json:"webhooks"`
 }
 
 // Show returns an operation's detail (viewer). Errors: op.ErrNotFound.
@@ -143,7 +149,19 @@ func (s *Service) Show(ctx context.Context, a Actor, id string) (*Detail, error)
 	if d.Audit, err = s.st.AuditTrail(ctx, id); err != nil {
 		return nil, err
 	}
+	if d.Webhooks, err = s.st.EvidenceOf(ctx, id); err != nil {
+		return nil, err
+	}
 	return d, nil
+}
+
+// Webhooks returns webhook evidence matching f (viewer): by default what
+// was flagged (out of band, contradicting, expired), the most recent first.
+func (s *Service) Webhooks(ctx context.Context, a Actor, f store.EvidenceFilter) ([]*store.Evidence, error) {
+	if err := allowed(a, RoleViewer); err != nil {
+		return nil, err
+	}
+	return s.st.ListEvidence(ctx, f)
 }
 
 // Approve records an approver's approval of operation id, bound to the

@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/evidence"
 	"github.com/opledger/opledger/internal/failpoint"
 	"github.com/opledger/opledger/internal/followup"
 	"github.com/opledger/opledger/internal/store"
@@ -48,6 +49,9 @@ type Config struct {
 	// Tuning overrides the consumer's AckWait (default 10s), heartbeat and
 	// Nak delay.
 	Tuning bus.Tuning
+	// Evidence, when set, applies held webhook evidence about an operation
+	// before the vendor is asked about it.
+	Evidence *evidence.Settler
 }
 
 func (c *Config) setDefaults() {
@@ -122,6 +126,13 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 		log.Error().Err(err).Msg("tool not in this instance's registry; will retry")
 		return err
 	}
+	// A webhook may have told already: evidence held until the operation
+	// could be settled settles it now, and nobody asks the vendor.
+	if s.cfg.Evidence != nil {
+		if applied, err := s.webhookEvidence(ctx, o, log); err != nil || applied {
+			return err
+		}
+	}
 	// The tool's reconciliation schedule: after max_lookups lookups that
 	// failed or found the effect pending, counted in the ledger (a command
 	// written again starts JetStream's delivery count from one), or past
@@ -185,6 +196,33 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 		}
 	}
 	return err
+}
+
+// webhookEvidence applies the held webhook evidence about o, if any. It
+// reports whether some evidence settled o; evidence that cannot (it
+// contradicts what the vendor answered, say) is left to its own fate and
+// the vendor is asked as usual.
+func (s *Service) webhookEvidence(ctx context.Context, o *op.Operation, log zerolog.Logger) (bool, error) {
+	held, err := s.store.HeldEvidenceAbout(ctx, o)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range held {
+		if !evidence.Matches(e, o) {
+			continue
+		}
+		d, err := s.cfg.Evidence.SettleIn(ctx, s.store, e)
+		if err != nil {
+			return false, err
+		}
+		if d.Status == store.EvidenceApplied {
+			s.m.Reconciled(o.Tool, "webhook")
+			log.Info().Str("provider", e.Provider).Str("delivery_id", e.DeliveryID).Str("state_transition", string(d.From)+"->"+string(d.Operation.State)).
+				Msg("reconciled by a webhook that arrived before the operation could be settled")
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // maxRetryIn is the longest delay bus.RetryIn honours.

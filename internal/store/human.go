@@ -60,7 +60,9 @@ func (r reads) OperationsByEntity(ctx context.Context, tenant, entityType, entit
 }
 
 // OperationsByExternalObject returns a tenant's operations of tool that
-// made or touched the vendor object id, oldest first.
+// made or touched the vendor object id, oldest first; tenant "" returns
+// every tenant's (a vendor's webhook speaks of its own object, whoever's
+// it is). Guards pass their operation's tenant.
 func (r reads) OperationsByExternalObject(ctx context.Context, tenant, tool, objectID string) ([]*op.Operation, error) {
 	rows, err := r.q.OperationListByExternalObject(ctx, dbsqlc.OperationListByExternalObjectParams{Tool: tool, ExternalObjectID: objectID, Tenant: tenant})
 	if err != nil {

@@ -22,6 +22,11 @@ type Metrics struct {
 	parked      prometheus.Gauge
 	leader      prometheus.Gauge
 	refused     *prometheus.CounterVec
+
+	webhookDeliveries *prometheus.CounterVec
+	webhookRejected   *prometheus.CounterVec
+	webhookEvidence   *prometheus.CounterVec
+	webhookSettled    *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg.
@@ -67,8 +72,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "opledger_intents_refused_total", Help: "Intents refused (answered rejected or conflict), by stable reason (wire.Reason*: too_large, invalid_utf8, not_json, duplicate_field, unknown_field, unknown_tool, invalid_args, refused_by_guard, conflict, …).",
 	}, []string{"reason"})
+	m.webhookDeliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "opledger_webhook_deliveries_total", Help: "Signed webhook deliveries accepted, by provider and result (evidence, unmapped: an event type the registry does not map, duplicate: a redelivery that changed nothing).",
+	}, []string{"provider", "result"})
+	m.webhookRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "opledger_webhook_rejected_total", Help: "Webhook deliveries refused and not stored, by provider (_unknown for a provider the registry does not have) and reason.",
+	}, []string{"provider", "reason"})
+	m.webhookEvidence = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "opledger_webhook_evidence_total", Help: "Webhook evidence decided, by provider and status (applied, confirmed, out_of_band, contradiction, expired).",
+	}, []string{"provider", "status"})
+	m.webhookSettled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "opledger_webhook_settlements_total", Help: "Operations settled by a webhook rather than by their attempt or a lookup, by provider, tool and the state they reached.",
+	}, []string{"provider", "tool", "to"})
 	reg.MustRegister(m.intents, m.intentLat, m.attempts, m.dispatchLat, m.transitions, m.redelivered, m.reconciled, m.redriven,
-		m.maintained, m.capped, m.parked, m.leader, m.refused)
+		m.maintained, m.capped, m.parked, m.leader, m.webhookDeliveries, m.webhookRejected, m.webhookEvidence, m.webhookSettled, m.refused)
 	return m
 }
 
@@ -164,4 +181,36 @@ func (m *Metrics) Leader(leading bool) {
 		v = 1
 	}
 	m.leader.Set(v)
+}
+
+// WebhookDelivery counts a signed delivery accepted from provider.
+func (m *Metrics) WebhookDelivery(provider, result string) {
+	if m == nil {
+		return
+	}
+	m.webhookDeliveries.WithLabelValues(provider, result).Inc()
+}
+
+// WebhookRejected counts a delivery refused for reason.
+func (m *Metrics) WebhookRejected(provider, reason string) {
+	if m == nil {
+		return
+	}
+	m.webhookRejected.WithLabelValues(provider, reason).Inc()
+}
+
+// WebhookEvidence counts evidence decided with status.
+func (m *Metrics) WebhookEvidence(provider, status string) {
+	if m == nil {
+		return
+	}
+	m.webhookEvidence.WithLabelValues(provider, status).Inc()
+}
+
+// WebhookSettled counts an operation of tool settled by a webhook of provider.
+func (m *Metrics) WebhookSettled(provider, tool, to string) {
+	if m == nil {
+		return
+	}
+	m.webhookSettled.WithLabelValues(provider, tool, to).Inc()
 }

@@ -60,6 +60,9 @@ func (s *Server) email(r call) result {
 	st.effect(KindEmail, effectKey)
 	st.countBy(KindEmail, AttrTo, in.To)
 	st.countBy(KindEmail, AttrMailbox, mailbox(in.To))
+	delivered := *m
+	delivered.Status = "delivered"
+	r.emit(ProviderEmail, "message.delivered", delivered, ref)
 	return jsonResult(http.StatusAccepted, m)
 }
 

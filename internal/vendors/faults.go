@@ -79,7 +79,33 @@ const (
 	// Idempotency-Key is replayed at once, as at Stripe. Stats, EffectsByKey,
 	// EffectsBy and CRMRecord always show the truth.
 	FaultDelayedVisibility FaultKind = "delayed_visibility"
+
+	// Webhook faults apply to the webhooks a route's effects send (see
+	// SetWebhooks), not to its requests: a request may have a fault of
+	// each kind.
+
+	// FaultWebhookDrop sends no webhook for the effect.
+	FaultWebhookDrop FaultKind = "webhook_drop"
+	// FaultWebhookDuplicate delivers the webhook twice (same id and body,
+	// each send signed anew), as a vendor retrying after a lost answer.
+	FaultWebhookDuplicate FaultKind = "webhook_duplicate"
+	// FaultWebhookDelay sends the webhook Fault.Delay (default 1s) after
+	// the effect: later webhooks overtake it.
+	FaultWebhookDelay FaultKind = "webhook_delay"
+	// FaultWebhookBeforeAnswer delivers the webhook, and waits for its
+	// answer, before the API answers the request that made the effect: the
+	// caller has not recorded its outcome yet when the webhook arrives.
+	FaultWebhookBeforeAnswer FaultKind = "webhook_before_answer"
 )
+
+// webhookFault reports whether k applies to webhooks rather than requests.
+func webhookFault(k FaultKind) bool {
+	switch k {
+	case FaultWebhookDrop, FaultWebhookDuplicate, FaultWebhookDelay, FaultWebhookBeforeAnswer:
+		return true
+	}
+	return false
+}
 
 // HugeHeaderBytes is the length of the Request-Id header that
 // FaultHugeHeaderAfterCommit sends.
@@ -92,6 +118,7 @@ var FaultKinds = []FaultKind{
 	FaultMalformedAfterCommit, FaultLatency,
 	FaultNULIDAfterCommit, FaultHugeHeaderAfterCommit, FaultTruncatedBodyAfterCommit, FaultEndless,
 	FaultDelayedVisibility,
+	FaultWebhookDrop, FaultWebhookDuplicate, FaultWebhookDelay, FaultWebhookBeforeAnswer,
 }
 
 // Fault is applied to the next Times requests on Route. Faults queue: for a
@@ -103,8 +130,9 @@ type Fault struct {
 	// Times is how many requests the fault applies to; 0 means 1.
 	Times int `json:"times"`
 	// Delay is the latency fault's delay (default 1s), the timeout faults'
-	// stall (default Options.Stall) or how long delayed_visibility hides an
-	// effect (default 1s); other faults ignore it. In JSON: "delay_ms".
+	// stall (default Options.Stall), how long delayed_visibility hides an
+	// effect (default 1s) or how late webhook_delay sends a webhook (default
+	// 1s); other faults ignore it. In JSON: "delay_ms".
 	Delay time.Duration `json:"-"`
 }
 
@@ -128,11 +156,15 @@ func (s *Server) InjectFault(f Fault) error {
 	if f.Times == 0 {
 		f.Times = 1
 	}
-	if (f.Kind == FaultLatency || f.Kind == FaultDelayedVisibility) && f.Delay == 0 {
+	if (f.Kind == FaultLatency || f.Kind == FaultDelayedVisibility || f.Kind == FaultWebhookDelay) && f.Delay == 0 {
 		f.Delay = time.Second
 	}
 	s.mu.Lock()
-	s.st.faults = append(s.st.faults, &pendingFault{Fault: f, left: f.Times})
+	if webhookFault(f.Kind) {
+		s.st.webhookFaults = append(s.st.webhookFaults, &pendingFault{Fault: f, left: f.Times})
+	} else {
+		s.st.faults = append(s.st.faults, &pendingFault{Fault: f, left: f.Times})
+	}
 	s.mu.Unlock()
 	return nil
 }
@@ -140,7 +172,7 @@ func (s *Server) InjectFault(f Fault) error {
 // ClearFaults drops every pending fault.
 func (s *Server) ClearFaults() {
 	s.mu.Lock()
-	s.st.faults = nil
+	s.st.faults, s.st.webhookFaults = nil, nil
 	s.mu.Unlock()
 }
 

@@ -123,6 +123,7 @@ func (s *Server) paymentIntent(r call) result {
 	st.countBy(KindPaymentIntent, AttrOrderID, orderID)
 	res := jsonResult(http.StatusOK, pi)
 	st.remember(RoutePaymentIntent, key, hash, res, pi.ID)
+	r.emit(ProviderPaymentIntents, "payment_intent.succeeded", pi, key)
 	return res
 }
 

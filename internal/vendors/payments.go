@@ -75,6 +75,7 @@ func (s *Server) capture(r call) result {
 	st.countBy(KindCapture, AttrOrderID, in.OrderID)
 	res := jsonResult(http.StatusOK, ch)
 	st.remember(RouteCapture, key, hash, res, ch.ID)
+	r.emit(ProviderPayments, "payment.succeeded", ch, key)
 	return res
 }
 
@@ -145,6 +146,7 @@ func (s *Server) refund(r call) result {
 	st.keyedEffect(KindRefund, key, ch.ID)
 	res := jsonResult(http.StatusOK, re)
 	st.remember(RouteRefund, key, hash, res, re.ID)
+	r.emit(ProviderPayments, "charge.refunded", re, key)
 	return res
 }
 

@@ -36,6 +36,7 @@
 //	GET  /_admin/crm/{record_id}     CRMRecord: 200 {"id","version","fields"} | 404
 //	GET  /_admin/activity?customer=C Activities(C)
 //	POST /_admin/faults              {"route":"capture","fault":"timeout_after_commit","times":1,"delay_ms":0}
+//	                                 (webhook faults, e.g. "webhook_delay", apply to the route's webhooks; see webhooks.go)
 //	DELETE /_admin/faults            ClearFaults
 //	POST /_admin/reset               Reset
 //
@@ -149,6 +150,8 @@ type Server struct {
 
 	mu sync.Mutex
 	st *state
+	// webhooks is where the stand-ins send webhooks (SetWebhooks).
+	webhooks WebhookTarget
 
 	busy inflight // requests being handled (WaitIdle)
 }
@@ -273,6 +276,13 @@ type Stats struct {
 	Unkeyed int `json:"unkeyed"`
 	// FaultsFired counts injected faults that were applied.
 	FaultsFired int `json:"faults_fired"`
+	// WebhooksSent counts webhook sends (each retry and duplicate too);
+	// WebhooksDelivered, WebhooksRefused and WebhooksFailed count
+	// deliveries answered 2xx, answered 4xx, and given up.
+	WebhooksSent      int `json:"webhooks_sent"`
+	WebhooksDelivered int `json:"webhooks_delivered"`
+	WebhooksRefused   int `json:"webhooks_refused"`
+	WebhooksFailed    int `json:"webhooks_failed"`
 	// Requests counts authorized vendor requests per route name (Route
 	// constants), faulted ones included.
 	Requests map[string]int `json:"requests"`
@@ -280,9 +290,11 @@ type Stats struct {
 
 // state is everything Reset forgets. Guarded by Server.mu.
 type state struct {
-	stats   Stats
-	faults  []*pendingFault
-	effects map[string]map[string]int
+	stats  Stats
+	faults []*pendingFault
+	// webhookFaults apply to the webhooks of a route's effects.
+	webhookFaults []*pendingFault
+	effects       map[string]map[string]int
 	// values counts effects per kind, attribute and attribute value (EffectsBy).
 	values map[string]map[string]map[string]int
 	// keys holds stored responses per idempotency scope (a route) and key.
@@ -442,6 +454,8 @@ type call struct {
 	// visibleAt is when what the call commits becomes visible to lookups;
 	// the zero time means at once (see FaultDelayedVisibility).
 	visibleAt time.Time
+	// webhooks collects the webhooks the call's effect sends (emit).
+	webhooks *[]outgoing
 }
 
 // visible reports whether something committed to become visible at is
@@ -515,11 +529,13 @@ func (s *Server) endpoint(route string, h func(r call) result) http.Handler {
 			return
 		}
 
-		c := call{Request: r, body: body}
+		var hooks []outgoing
+		c := call{Request: r, body: body, webhooks: &hooks}
 		if f.Kind == FaultDelayedVisibility {
 			c.visibleAt = time.Now().Add(f.Delay)
 		}
 		res := h(c)
+		s.sendWebhooks(route, hooks)
 
 		switch f.Kind {
 		case FaultTimeoutAfterCommit:

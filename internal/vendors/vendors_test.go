@@ -296,6 +296,11 @@ func TestFaults(t *testing.T) {
 		{vendors.FaultTruncatedBodyAfterCommit, 0, 1}, // the body read fails
 		{vendors.FaultEndless, 0, 0},
 		{vendors.FaultDelayedVisibility, http.StatusInternalServerError, 1},
+		// Webhook faults leave the request alone (webhooks_test.go tests them).
+		{vendors.FaultWebhookDrop, http.StatusOK, 1},
+		{vendors.FaultWebhookDuplicate, http.StatusOK, 1},
+		{vendors.FaultWebhookDelay, http.StatusOK, 1},
+		{vendors.FaultWebhookBeforeAnswer, http.StatusOK, 1},
 	}
 	for _, k := range vendors.FaultKinds {
 		require.True(t, slices.ContainsFunc(cases, func(tc faultCase) bool { return tc.fault == k }), "fault %s has no case", k)

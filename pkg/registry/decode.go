@@ -36,6 +36,9 @@ type decoded struct {
 	root  *yaml.Node          // the document's mapping
 	tools map[string]toolNode // first definition of each tool in the file
 	order []string            // tool names in file order
+	// hooks and hookOrder are the same for the webhooks section's providers.
+	hooks     map[string]toolNode
+	hookOrder []string
 	// shadow holds, per tool ("" for the document), fields whose own
 	// problem was already reported here (a type error, or a misspelling
 	// with a suggestion), so compile's "is required" or "must be ≥ 1" for
@@ -120,14 +123,22 @@ func decodeSource(src Source) (*decoded, []Problem) {
 		d.add(n, at{}, "the file must be a mapping with version and tools, got %s", got(n))
 		return nil, d.probs
 	}
-	out := &decoded{root: n, tools: map[string]toolNode{}, shadow: d.shadow}
+	out := &decoded{root: n, tools: map[string]toolNode{}, hooks: map[string]toolNode{}, shadow: d.shadow}
 	d.decode(n, reflect.ValueOf(&out.doc).Elem(), at{})
-	if tn, ok := lookupKey(n, "tools"); ok {
-		if tools := resolve(tn.value); tools.Kind == yaml.MappingNode {
-			for _, e := range entries(tools) {
-				if _, dup := out.tools[e.key.Value]; !dup {
-					out.tools[e.key.Value] = toolNode(e)
-					out.order = append(out.order, e.key.Value)
+	for _, sec := range []struct {
+		key   string
+		nodes map[string]toolNode
+		order *[]string
+	}{{"tools", out.tools, &out.order}, {"webhooks", out.hooks, &out.hookOrder}} {
+		tn, ok := lookupKey(n, sec.key)
+		if !ok {
+			continue
+		}
+		if m := resolve(tn.value); m.Kind == yaml.MappingNode {
+			for _, e := range entries(m) {
+				if _, dup := sec.nodes[e.key.Value]; !dup {
+					sec.nodes[e.key.Value] = toolNode(e)
+					*sec.order = append(*sec.order, e.key.Value)
 				}
 			}
 		}

@@ -98,8 +98,12 @@ func TestDocExamples(t *testing.T) {
 			var n yaml.Node
 			require.NoError(t, yaml.Unmarshal([]byte(b.text), &n), "the fragment at line %d", b.line)
 			d := &decoder{shadow: map[string][]string{}}
-			var ft fileTool
-			d.decode(n.Content[0], reflect.ValueOf(&ft).Elem(), at{tool: "fragment"})
+			// A fragment of the document (the webhooks section), or of a tool.
+			var into any = &fileTool{}
+			if strings.HasPrefix(b.text, "webhooks:") {
+				into = &fileDoc{}
+			}
+			d.decode(n.Content[0], reflect.ValueOf(into).Elem(), at{tool: "fragment"})
 			require.Empty(t, d.probs, "the fragment at line %d", b.line)
 			fragments++
 		}

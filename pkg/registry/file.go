@@ -23,8 +23,9 @@ import (
 // names: the decoder, docs/registry.md and schema/registry.schema.json all
 // follow them (tests keep the three in step).
 type fileDoc struct {
-	Version int                  `yaml:"version"`
-	Tools   map[string]*fileTool `yaml:"tools"`
+	Version  int                     `yaml:"version"`
+	Tools    map[string]*fileTool    `yaml:"tools"`
+	Webhooks map[string]*fileWebhook `yaml:"webhooks"`
 }
 
 type fileTool struct {

@@ -38,6 +38,8 @@ import (
 type Registry struct {
 	tools map[string]*Tool
 	names []string
+	// webhooks are the providers of the webhooks section.
+	webhooks map[string]*Webhook
 }
 
 // Tool is one registered tool, validated and compiled.
@@ -416,6 +418,7 @@ func Load(data []byte, opts Options) (*Registry, error) {
 func LoadSources(srcs []Source, opts Options) (*Registry, error) {
 	var probs []Problem
 	tools := map[string]sourceTool{}
+	hooks := map[string]sourceWebhook{}
 	fileOrder := map[string]int{}
 	for i, src := range srcs {
 		fileOrder[src.Name] = i
@@ -442,11 +445,20 @@ func LoadSources(srcs []Source, opts Options) (*Registry, error) {
 			}
 			tools[name] = sourceTool{ft: dec.doc.Tools[name], file: src.Name, node: node, dec: dec}
 		}
+		for _, name := range dec.hookOrder {
+			node := dec.hooks[name]
+			if other, dup := hooks[name]; dup {
+				probs = append(probs, Problem{File: src.Name, Line: node.key.Line, Field: "webhooks." + name,
+					Msg: fmt.Sprintf("also defined in %s (line %d)", other.file, other.key.Line)})
+				continue
+			}
+			hooks[name] = sourceWebhook{fw: dec.doc.Webhooks[name], file: src.Name, key: node.key, node: node.value, dec: dec}
+		}
 	}
 	if len(tools) == 0 && len(probs) == 0 {
 		probs = append(probs, Problem{Field: "tools", Msg: "at least one tool is required"})
 	}
-	reg := &Registry{tools: map[string]*Tool{}}
+	reg := &Registry{tools: map[string]*Tool{}, webhooks: map[string]*Webhook{}}
 	for name, f := range tools {
 		if !toolName.MatchString(name) {
 			probs = append(probs, Problem{File: f.file, Line: f.node.key.Line, Tool: name,
@@ -467,6 +479,13 @@ func LoadSources(srcs []Source, opts Options) (*Registry, error) {
 		}
 	}
 	probs = append(probs, compensationProblems(tools)...)
+	for name, sw := range hooks {
+		w, wp := compileWebhook(name, sw, tools)
+		probs = append(probs, wp...)
+		if len(wp) == 0 {
+			reg.webhooks[name] = w
+		}
+	}
 	probs = append(probs, guardProblems(tools)...)
 	if len(probs) > 0 {
 		sort.SliceStable(probs, func(i, j int) bool {

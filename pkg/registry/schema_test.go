@@ -281,9 +281,12 @@ func docFields(t *testing.T, md string) map[string]map[string]bool {
 // the schema, and neither names a field the loader does not know.
 func TestFieldsInStep(t *testing.T) {
 	t.Parallel()
-	loader := map[string]map[string]bool{"document": {}, "tool": {}}
+	loader := map[string]map[string]bool{"document": {}, "tool": {}, "webhook": {}, "webhook_event": {}}
 	loaderFields(reflect.TypeOf(fileDoc{}), "", loader["document"])
 	loaderFields(reflect.TypeOf(fileTool{}), "", loader["tool"])
+	loaderFields(reflect.TypeOf(fileWebhook{}), "", loader["webhook"])
+	loaderFields(reflect.TypeOf(fileWebhookEvent{}), "", loader["webhook_event"])
+	require.True(t, loader["webhook_event"]["match.pointer"])
 	require.True(t, loader["tool"]["adapter.lookup.status_pointer"], "reflection reaches nested sections")
 	require.True(t, loader["tool"]["adapter.body.encoding"])
 	require.True(t, loader["tool"]["guards[].limit.tool"], "reflection reaches the mappings of a list")
@@ -292,15 +295,18 @@ func TestFieldsInStep(t *testing.T) {
 	require.NoError(t, err)
 	var root map[string]any
 	require.NoError(t, json.Unmarshal(raw, &root))
-	schema := map[string]map[string]bool{"document": {}, "tool": {}}
+	schema := map[string]map[string]bool{"document": {}, "tool": {}, "webhook": {}, "webhook_event": {}}
 	schemaFields(t, root, root, "", schema["document"])
-	schemaFields(t, root, root["$defs"].(map[string]any)["tool"], "", schema["tool"])
+	defs := root["$defs"].(map[string]any)
+	schemaFields(t, root, defs["tool"], "", schema["tool"])
+	schemaFields(t, root, defs["webhook"], "", schema["webhook"])
+	schemaFields(t, root, defs["webhook_event"], "", schema["webhook_event"])
 
 	md, err := os.ReadFile(docFile)
 	require.NoError(t, err)
 	docs := docFields(t, string(md))
 
-	for _, ns := range []string{"document", "tool"} {
+	for _, ns := range []string{"document", "tool", "webhook", "webhook_event"} {
 		for _, other := range []struct {
 			what   string
 			fields map[string]bool

@@ -66,7 +66,7 @@ func compileWire(t *testing.T) wireSchemas {
 	t.Helper()
 	names, err := fs.Glob(schema.Wire, "wire/*.json")
 	require.NoError(t, err)
-	require.Len(t, names, 3, "schema.Wire should hold intent, command and result; a new file needs tests here")
+	require.Len(t, names, 4, "schema.Wire should hold intent, command, result and alert; a new file needs tests here")
 	l := &embeddedLoader{}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
@@ -178,9 +178,9 @@ func TestSchemasCompileFromEmbeddedFiles(t *testing.T) {
 	for name := range ws.byName {
 		require.Equal(t, schemaBase+name, readRaw(t, name).ID, "$id of %s must match its file name for the loader", name)
 	}
-	// Each file was loaded once, through the embedded loader; command.v1.json's
-	// $ref into result.v1.json resolved to the already loaded file.
-	require.ElementsMatch(t, []string{"command.v1.json", "intent.v1.json", "result.v1.json"}, ws.loader.served)
+	// Each file was loaded once, through the embedded loader; command.v1.json's and alert.v1.json's
+	// $refs into result.v1.json resolved to the already loaded file.
+	require.ElementsMatch(t, []string{"alert.v1.json", "command.v1.json", "intent.v1.json", "result.v1.json"}, ws.loader.served)
 
 	_, err := (&embeddedLoader{}).Load("https://example.com/schema.json")
 	require.Error(t, err, "the loader must refuse URLs outside schemaBase")
@@ -201,6 +201,7 @@ func TestSchemaPropertiesMatchGoTypes(t *testing.T) {
 		{"intent.actor", reflect.TypeFor[wire.Actor](), subschema(t, intent.Properties["actor"])},
 		{"command", reflect.TypeFor[wire.Command](), readRaw(t, "command.v1.json")},
 		{"result", reflect.TypeFor[wire.Result](), readRaw(t, "result.v1.json")},
+		{"alert", reflect.TypeFor[wire.Alert](), readRaw(t, "alert.v1.json")},
 	} {
 		all, always := jsonFields(t, tc.typ)
 		require.Equal(t, all, keys(tc.rs.Properties), "%s: schema properties vs Go json fields", tc.name)
@@ -229,7 +230,11 @@ func TestSchemaEnumsMatchGoConstants(t *testing.T) {
 		require.Contains(t, recs, string(rec), "Recommend(%s)", s)
 	}
 
-	for name, spec := range map[string]string{"intent.v1.json": wire.SpecIntent, "command.v1.json": wire.SpecCommand, "result.v1.json": wire.SpecResult} {
+	alert := readRaw(t, "alert.v1.json")
+	require.Equal(t, sorted(wire.AlertKinds), enumOf(t, alert.Properties["kind"]))
+
+	for name, spec := range map[string]string{"intent.v1.json": wire.SpecIntent, "command.v1.json": wire.SpecCommand,
+		"result.v1.json": wire.SpecResult, "alert.v1.json": wire.SpecAlert} {
 		var c struct {
 			Const string `json:"const"`
 		}
@@ -296,6 +301,21 @@ func TestRejectionValidates(t *testing.T) {
 	r := wire.Rejection("conv_1:call_3", "wf_1", "capture_payment", "idempotency key already used", op.DecisionConflict, at)
 	r.OperationID = "op_1"
 	ws.requireValid(t, "result.v1.json", r)
+}
+
+func TestAlertOfEveryKindValidates(t *testing.T) {
+	t.Parallel()
+	ws := compileWire(t)
+	for _, kind := range wire.AlertKinds {
+		a := wire.Alert{Spec: wire.SpecAlert, Kind: kind, Provider: "payments", DeliveryID: "msg_1", EventType: "payment.succeeded",
+			Outcome: "success", MatchBy: "idempotency_key", MatchValue: "payment:o_1:capture:4900:USD:v1",
+			Reason: "no operation has this key", At: time.Now().UTC()}
+		ws.requireValid(t, "alert.v1.json", a)
+		a.OperationID, a.Tool, a.State, a.ExternalObjectID, a.OperationExternalObjectID = "op_1", "capture_payment", "completed_success", "ch_2", "ch_1"
+		ws.requireValid(t, "alert.v1.json", a)
+	}
+	bad := `{"spec":"opledger.alert.v1","kind":"webhook_sneaky","provider":"p","delivery_id":"d","event_type":"t","outcome":"success","match_by":"idempotency_key","match_value":"k","reason":"","at":"2026-01-01T00:00:00Z"}`
+	require.Error(t, ws.validate(t, "alert.v1.json", []byte(bad)))
 }
 
 func TestCommandOfEveryKindValidates(t *testing.T) {
