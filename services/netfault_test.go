@@ -54,15 +54,17 @@ func TestNetworkPostgresOutage(t *testing.T) {
 	sys.CheckNoRestarts()
 }
 
-// TestNetworkVendorFaults slows the vendor link, then resets a share of its
+// TestNetworkVendorFaults slows the vendor link, then resets its
 // connections after the vendor answered (the effect happened, the answer is
-// lost) and then has every vendor connection stall until the tool's
-// timeout, each for a few seconds of a batch.
+// lost) until two outcomes are unknown, and then has every vendor connection
+// stall until the tool's timeout, each for a few seconds of a batch. (The
+// reset takes every connection: a toxic acts per connection, and the
+// dispatchers keep theirs alive, so a share of them could be none.)
 func TestNetworkVendorFaults(t *testing.T) {
 	t.Parallel()
 	sys := proctest.Start(t, proctest.Options{Dispatchers: 2, Proxies: true})
 	sys.AddToxic(proctest.LinkVendor, proctest.Toxic{Name: "slow", Type: "latency", Attributes: map[string]any{"latency": 100, "jitter": 50}})
-	sys.AddToxic(proctest.LinkVendor, proctest.Toxic{Name: "reset", Type: "reset_peer", Stream: "downstream", Toxicity: 0.4, Attributes: map[string]any{"timeout": 0}})
+	sys.AddToxic(proctest.LinkVendor, proctest.Toxic{Name: "reset", Type: "reset_peer", Stream: "downstream", Toxicity: 1, Attributes: map[string]any{"timeout": 0}})
 	sent := proctest.Batch{Prefix: "vf", Captures: proctest.Scaled(12), Emails: proctest.Scaled(8)}.Intents()
 	for _, in := range sent[:len(sent)/2] {
 		sys.PublishSent(in)
