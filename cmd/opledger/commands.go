@@ -71,8 +71,9 @@ func runDBUsers(ctx context.Context, args []string, env func(string) (string, bo
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: opledger db-users [flags]\n\nFor each service whose password is set in %s<SERVICE> (e.g. %sPLANNER_INGEST),\n"+
-			"creates or updates the login user opledger_svc_<service> in exactly the roles its process needs (docs/security.md).\n\n",
-			dbPasswordEnv, dbPasswordEnv)
+			"creates or updates the login user opledger_svc_<service> in exactly the roles its process needs, and with\n"+
+			"%sAPI the operators' API's own login, opledger_svc_api (docs/security.md).\n\n",
+			dbPasswordEnv, dbPasswordEnv, dbPasswordEnv)
 		fs.PrintDefaults()
 	}
 	url := fs.String("database-url", getenv(env, "DATABASE_URL"), "the migrator's Postgres connection string (default $DATABASE_URL)")
@@ -88,7 +89,7 @@ func runDBUsers(ctx context.Context, args []string, env func(string) (string, bo
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	done := 0
-	for _, svc := range app.AllServices {
+	for _, svc := range app.DBLogins {
 		pw := getenv(env, dbPasswordEnv+strings.ToUpper(strings.ReplaceAll(svc, "-", "_")))
 		if pw == "" {
 			continue
@@ -97,7 +98,7 @@ func runDBUsers(ctx context.Context, args []string, env func(string) (string, bo
 		if err := app.EnsureDBUser(ctx, conn, user, svc, pw); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s: login user %s in %s\n", svc, user, strings.Join(app.ProcessDBRoles(svc), ", "))
+		fmt.Fprintf(stdout, "%s: login user %s in %s\n", svc, user, strings.Join(app.LoginDBRoles(svc), ", "))
 		done++
 	}
 	if done == 0 {

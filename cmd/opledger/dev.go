@@ -66,13 +66,13 @@ func runDev(ctx context.Context, args []string, env func(string) (string, bool),
 	for _, w := range d.Infra.Where {
 		fmt.Fprintf(stdout, "  %s\n", w)
 	}
-	fmt.Fprintf(stdout, "  vendors: local stand-ins at %s (stats: %s/_admin/stats)\n", d.Vendors.URL(), d.Vendors.URL())
+	fmt.Fprintf(stdout, "  vendors: local stand-ins at %s (stats: %s/_admin/stats, from this host only)\n", d.Vendors.URL(), d.Vendors.URL())
 	if d.HTTP != nil {
 		u := d.HTTP.URL()
-		fmt.Fprintf(stdout, "  http: %s/metrics  %s/healthz  %s/readyz\n", u, u, u)
+		fmt.Fprintf(stdout, "  http: %s/healthz (open)  %s/metrics  %s/readyz (with the token below)\n", u, u, u)
 		fmt.Fprintf(stdout, "  api: %s/v1/operations (OpenAPI: %s/v1/openapi.yaml); dev token, admin, valid until dev stops:\n", u, u)
 		fmt.Fprintf(stdout, "       export OPLEDGER_API_URL=%s OPLEDGER_API_TOKEN=%s\n", u, devToken)
-		fmt.Fprintf(stdout, "       then: go run ./cmd/opledger ops list\n")
+		fmt.Fprintf(stdout, "       then: go run ./cmd/opledger ops list   or   curl -H \"Authorization: Bearer $OPLEDGER_API_TOKEN\" %s/metrics\n", u)
 		if ps := d.Registry.Webhooks(); len(ps) > 0 {
 			fmt.Fprintf(stdout, "  webhooks: POST %s/webhooks/{%s} (the stand-ins sign theirs with secrets made for this run; yours: OPLEDGER_WEBHOOK_SECRETS_<PROVIDER>)\n",
 				u, strings.Join(ps, ","))
@@ -85,7 +85,7 @@ func runDev(ctx context.Context, args []string, env func(string) (string, bool),
 		fmt.Fprintf(stdout, "       export OPLEDGER_AGENT_TOKEN=%s\n", agentToken)
 	}
 	fmt.Fprintf(stdout, "  tools: %s\n", strings.Join(d.Registry.Names(), ", "))
-	fmt.Fprintf(stdout, "  publish intents to opledger.intents.<workflow_id> (Nats-Msg-Id = event_id); results on opledger.results.<workflow_id>; see docs/protocol.md\n")
+	fmt.Fprintf(stdout, "  publish intents to opledger.intents.<workflow_id> (no Nats-Msg-Id needed: the ledger dedupes by event_id); results on opledger.results.<workflow_id>; see docs/protocol.md\n")
 	<-ctx.Done()
 	return nil
 }

@@ -366,7 +366,11 @@ func opsApprove(ctx context.Context, c *opsCmd, args []string) error {
 		}
 		o := d.Operation
 		args, ok := canonicalArgs(o)
-		if !ok {
+		if len(o.RedactedArgs) > 0 {
+			// Sensitive values are not shown, so the hash cannot be checked
+			// here; the API still binds the approval to it.
+			args += "  (sensitive, shown as ***: " + strings.Join(o.RedactedArgs, ", ") + ")"
+		} else if !ok {
 			return fmt.Errorf("approve %s: the arguments the API shows do not hash to their args_hash %s; not approving", id, clean(o.ArgsHash))
 		}
 		w := c.out()
@@ -510,7 +514,10 @@ func printDetail(w io.Writer, d *ops.Detail) {
 	row("run", o.RunID)
 	row("key", o.IdempotencyKey)
 	args, ok := canonicalArgs(o)
-	if !ok {
+	switch {
+	case len(o.RedactedArgs) > 0:
+		args += "  (sensitive, shown as ***: " + strings.Join(o.RedactedArgs, ", ") + "; args_hash covers their values)"
+	case !ok:
 		args += "  (WARNING: not what args_hash covers)"
 	}
 	row("arguments", args)

@@ -406,16 +406,19 @@ func (q *Queries) OperationList(ctx context.Context, arg OperationListParams) ([
 }
 
 const operationListByEntity = `-- name: OperationListByEntity :many
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM operations WHERE entity_type = $1 AND entity_id = $2 ORDER BY created_at, id
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM operations WHERE entity_type = $1 AND entity_id = $2 AND tenant = $3 ORDER BY created_at, id
 `
 
 type OperationListByEntityParams struct {
 	EntityType string
 	EntityID   string
+	Tenant     string
 }
 
+// A tenant's operations on an entity (entity ids are tenant-scoped already;
+// the tenant is checked again so that a guard can never count another's).
 func (q *Queries) OperationListByEntity(ctx context.Context, arg OperationListByEntityParams) ([]Operation, error) {
-	rows, err := q.db.Query(ctx, operationListByEntity, arg.EntityType, arg.EntityID)
+	rows, err := q.db.Query(ctx, operationListByEntity, arg.EntityType, arg.EntityID, arg.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -468,16 +471,22 @@ func (q *Queries) OperationListByEntity(ctx context.Context, arg OperationListBy
 }
 
 const operationListByExternalObject = `-- name: OperationListByExternalObject :many
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM operations WHERE external_object_id = $1 AND tool = $2 ORDER BY created_at, id
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM operations WHERE external_object_id = $1 AND tool = $2
+  AND ($3::text = '' OR tenant = $3::text) ORDER BY created_at, id
 `
 
 type OperationListByExternalObjectParams struct {
 	ExternalObjectID string
 	Tool             string
+	Tenant           string
 }
 
+// A tenant's operations of a tool on a vendor object (” : any tenant's,
+// for a vendor's own evidence). Vendor ids are not tenant-scoped: a guard
+// must pass its tenant, or it would take its limit from another tenant's
+// capture and name it in the refusal.
 func (q *Queries) OperationListByExternalObject(ctx context.Context, arg OperationListByExternalObjectParams) ([]Operation, error) {
-	rows, err := q.db.Query(ctx, operationListByExternalObject, arg.ExternalObjectID, arg.Tool)
+	rows, err := q.db.Query(ctx, operationListByExternalObject, arg.ExternalObjectID, arg.Tool, arg.Tenant)
 	if err != nil {
 		return nil, err
 	}

@@ -16,8 +16,10 @@ WITH due AS (
     WHERE sent_at IS NULL AND parked_at IS NULL
       AND available_at <= coalesce($2::timestamptz, now())
       AND (claimed_until IS NULL OR claimed_until < coalesce($2::timestamptz, now()))
+      AND (cardinality($4::text[]) = 0
+           OR EXISTS (SELECT 1 FROM unnest($4::text[]) AS p(prefix) WHERE starts_with(subject, p.prefix)))
     ORDER BY available_at, id
-    LIMIT $4
+    LIMIT $5
     FOR UPDATE SKIP LOCKED
 )
 UPDATE outbox o SET
@@ -29,10 +31,11 @@ RETURNING o.id, o.subject, o.msg_id, o.headers, o.payload, o.operation_id, o.pub
 `
 
 type OutboxClaimBatchParams struct {
-	ClaimedBy    string
-	Now          *time.Time
-	LeaseSeconds float64
-	MaxRows      int32
+	ClaimedBy       string
+	Now             *time.Time
+	LeaseSeconds    float64
+	SubjectPrefixes []string
+	MaxRows         int32
 }
 
 type OutboxClaimBatchRow struct {
@@ -48,12 +51,14 @@ type OutboxClaimBatchRow struct {
 // Claims unsent, unparked rows that are due and not claimed by a live relay.
 // SKIP LOCKED lets several relays claim disjoint batches; the claim is a
 // lease, so a relay that dies mid-batch only delays its rows until
-// claimed_until passes.
+// claimed_until passes. With subject_prefixes, only rows whose subject
+// starts with one of them: those the relay's NATS user may publish.
 func (q *Queries) OutboxClaimBatch(ctx context.Context, arg OutboxClaimBatchParams) ([]OutboxClaimBatchRow, error) {
 	rows, err := q.db.Query(ctx, outboxClaimBatch,
 		arg.ClaimedBy,
 		arg.Now,
 		arg.LeaseSeconds,
+		arg.SubjectPrefixes,
 		arg.MaxRows,
 	)
 	if err != nil {

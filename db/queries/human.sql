@@ -61,10 +61,17 @@ WHERE dedupe_key = @dedupe_key
 ORDER BY created_at LIMIT 1;
 
 -- name: OperationListByEntity :many
-SELECT * FROM operations WHERE entity_type = @entity_type AND entity_id = @entity_id ORDER BY created_at, id;
+-- A tenant's operations on an entity (entity ids are tenant-scoped already;
+-- the tenant is checked again so that a guard can never count another's).
+SELECT * FROM operations WHERE entity_type = @entity_type AND entity_id = @entity_id AND tenant = @tenant ORDER BY created_at, id;
 
 -- name: OperationListByExternalObject :many
-SELECT * FROM operations WHERE external_object_id = @external_object_id AND tool = @tool ORDER BY created_at, id;
+-- A tenant's operations of a tool on a vendor object ('' : any tenant's,
+-- for a vendor's own evidence). Vendor ids are not tenant-scoped: a guard
+-- must pass its tenant, or it would take its limit from another tenant's
+-- capture and name it in the refusal.
+SELECT * FROM operations WHERE external_object_id = @external_object_id AND tool = @tool
+  AND (@tenant::text = '' OR tenant = @tenant::text) ORDER BY created_at, id;
 
 -- name: XactLock :exec
 -- A transaction-level advisory lock on a name (an entity, a dedupe key),

@@ -11,12 +11,15 @@ FROM (SELECT unnest(@subjects::text[]) AS subject, unnest(@msg_ids::text[]) AS m
 -- Claims unsent, unparked rows that are due and not claimed by a live relay.
 -- SKIP LOCKED lets several relays claim disjoint batches; the claim is a
 -- lease, so a relay that dies mid-batch only delays its rows until
--- claimed_until passes.
+-- claimed_until passes. With subject_prefixes, only rows whose subject
+-- starts with one of them: those the relay's NATS user may publish.
 WITH due AS (
     SELECT id FROM outbox
     WHERE sent_at IS NULL AND parked_at IS NULL
       AND available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
       AND (claimed_until IS NULL OR claimed_until < coalesce(sqlc.narg('now')::timestamptz, now()))
+      AND (cardinality(@subject_prefixes::text[]) = 0
+           OR EXISTS (SELECT 1 FROM unnest(@subject_prefixes::text[]) AS p(prefix) WHERE starts_with(subject, p.prefix)))
     ORDER BY available_at, id
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED

@@ -5,7 +5,8 @@
 // client of it. docs/openapi.yaml describes every route; it is served at
 // GET /v1/openapi.yaml.
 //
-// Every /v1/ route but the document needs "Authorization: Bearer <token>":
+// Every /v1/ route needs "Authorization: Bearer <token>" (the document any
+// role's, the metrics role's included; the others a role that may read):
 // a token unknown to the tokens file is a 401 (counted, never logged, not
 // audited: it names no actor); a role that may not act is a 403 from ops,
 // audited like every write. A write refused before it reaches ops (a body
@@ -24,7 +25,6 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,22 +46,28 @@ type Config struct {
 	Tokens *Tokens
 	// Registerer receives the API's metrics; nil records none.
 	Registerer prometheus.Registerer
-	Log        zerolog.Logger
+	// ProbesOpenOnLoopback: see GuardConfig.OpenOnLoopback (Guard().Probe).
+	ProbesOpenOnLoopback bool
+	// Guard, when set, is the process's authentication, made before the
+	// API (so that /metrics and /readyz are guarded from the start); the
+	// API then uses it, and Tokens, ProbesOpenOnLoopback and the
+	// unauthorized counter are its.
+	Guard *Guard
+	Log   zerolog.Logger
 }
 
 // API is the operators' HTTP API.
 type API struct {
-	cfg          Config
-	unauthorized *prometheus.CounterVec
-	requests     *prometheus.CounterVec
+	cfg      Config
+	guard    *Guard
+	requests *prometheus.CounterVec
+	refused  *prometheus.CounterVec
 }
 
-// Route is one route the API serves.
+// Route is one route the API serves; every one needs a token.
 type Route struct {
 	Method string
 	Path   string // a net/http pattern path, e.g. /v1/operations/{id}
-	// Public routes need no token.
-	Public bool
 }
 
 // Pattern is the route's net/http pattern.
@@ -70,7 +76,8 @@ func (r Route) Pattern() string { return r.Method + " " + r.Path }
 // routes is every route Mount registers; docs/openapi.yaml describes each
 // (a test keeps the two equal).
 var routes = []Route{
-	{Method: http.MethodGet, Path: "/v1/openapi.yaml", Public: true},
+	// The document: any role, the metrics role included.
+	{Method: http.MethodGet, Path: "/v1/openapi.yaml"},
 	{Method: http.MethodGet, Path: "/v1/operations"},
 	{Method: http.MethodGet, Path: "/v1/operations/{id}"},
 	{Method: http.MethodPost, Path: "/v1/operations/{id}/approve"},
@@ -83,6 +90,10 @@ var routes = []Route{
 	{Method: http.MethodPost, Path: "/v1/outbox/parked/{id}/requeue"},
 }
 
+// Guard is the API's authentication, for the process's other routes
+// (/metrics and /readyz: Guard().Probe).
+func (a *API) Guard() *Guard { return a.guard }
+
 // Routes returns the routes Mount registers.
 func Routes() []Route { return append([]Route(nil), routes...) }
 
@@ -91,20 +102,27 @@ func New(cfg Config) (*API, error) {
 	if cfg.Ops == nil {
 		return nil, errors.New("api: the human loop (Ops) is required")
 	}
-	a := &API{cfg: cfg,
-		unauthorized: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "opledger_api_unauthorized_total",
-			Help: "API requests refused before any role check, by reason: missing, malformed or unknown token, or no tokens configured (not_configured).",
-		}, []string{"reason"}),
+	guard := cfg.Guard
+	if guard == nil {
+		var err error
+		if guard, err = NewGuard(GuardConfig{Tokens: cfg.Tokens, OpenOnLoopback: cfg.ProbesOpenOnLoopback, Registerer: cfg.Registerer, Log: cfg.Log}); err != nil {
+			return nil, err
+		}
+	}
+	a := &API{cfg: cfg, guard: guard,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opledger_api_requests_total", Help: "API requests by route and HTTP status.",
 		}, []string{"route", "code"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opledger_api_refused_total",
+			Help: "API requests refused after authentication, by stable reason: an error code (forbidden, not_found, conflict, invalid_state, too_large, unavailable, invalid) or a finer cause (invalid_body, invalid_query, unknown_id). Refusals before it are in opledger_api_unauthorized_total.",
+		}, []string{"reason"}),
 	}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(a.unauthorized); err != nil {
+		if err := cfg.Registerer.Register(a.requests); err != nil {
 			return nil, fmt.Errorf("api: metrics: %w", err)
 		}
-		if err := cfg.Registerer.Register(a.requests); err != nil {
+		if err := cfg.Registerer.Register(a.refused); err != nil {
 			return nil, fmt.Errorf("api: metrics: %w", err)
 		}
 	}
@@ -129,8 +147,8 @@ func (a *API) Mount(mux *http.ServeMux) {
 		"POST /v1/outbox/parked/{id}/requeue": a.requeue,
 	}
 	for _, rt := range routes {
-		if rt.Public {
-			mux.Handle(rt.Pattern(), a.count(rt.Pattern(), http.HandlerFunc(serveOpenAPI)))
+		if rt.Path == "/v1/openapi.yaml" {
+			mux.Handle(rt.Pattern(), a.count(rt.Pattern(), a.guard.Any(http.HandlerFunc(serveOpenAPI))))
 			continue
 		}
 		h, ok := handlers[rt.Pattern()]
@@ -144,21 +162,16 @@ func (a *API) Mount(mux *http.ServeMux) {
 // Authenticated wraps a route that is not the API's own (the dev stack's
 // vendor statistics) in the API's authentication: any role may call it.
 func (a *API) Authenticated(route string, h http.Handler) http.Handler {
-	return a.count(route, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := a.authenticate(r); err != nil {
-			a.fail(w, r, err)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
+	return a.count(route, a.guard.Any(h))
 }
 
 // MountDocument registers only the API's OpenAPI document, GET
 // /v1/openapi.yaml, for a process that serves no API itself (dispatcher,
 // reconciler, compensator): every deployment hands out the document, and
-// it says which process serves the routes.
-func MountDocument(mux *http.ServeMux) {
-	mux.Handle("GET /v1/openapi.yaml", http.HandlerFunc(serveOpenAPI))
+// it says which process serves the routes. Like every route but
+// /healthz, it needs a token of any role (guard).
+func MountDocument(mux *http.ServeMux, guard *Guard) {
+	mux.Handle("GET /v1/openapi.yaml", guard.Any(http.HandlerFunc(serveOpenAPI)))
 }
 
 func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
@@ -180,44 +193,36 @@ func (a *API) serve(h handler) http.Handler {
 			a.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, body)
+		writeJSON(w, http.StatusOK, a.redact(body))
 	})
 }
 
 // authenticate returns the actor whose bearer token the request carries.
-func (a *API) authenticate(r *http.Request) (ops.Actor, error) {
-	refuse := func(reason, why string) (ops.Actor, error) {
-		a.unauthorized.WithLabelValues(reason).Inc()
-		// A token that was offered and refused is worth a warning; a request
-		// without one (a probe, a scanner) or to a process without tokens
-		// (warned about at start) is counted only.
-		ev := a.cfg.Log.Warn()
-		if reason == "missing" || reason == "not_configured" {
-			ev = a.cfg.Log.Debug()
+func (a *API) authenticate(r *http.Request) (ops.Actor, error) { return a.guard.Authenticate(r) }
+
+// redact shows every operation of an answer without the values of its
+// sensitive arguments (ops.Service.Redact).
+func (a *API) redact(body any) any {
+	rd := a.cfg.Ops.Redact
+	switch b := body.(type) {
+	case ListResponse:
+		out := make([]*op.Operation, len(b.Operations))
+		for i, o := range b.Operations {
+			out[i] = rd(o)
 		}
-		ev.Str("reason", reason).Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Msg("api: request refused before authentication")
-		if reason == "not_configured" {
-			return ops.Actor{}, errNoTokens
-		}
-		return ops.Actor{}, fmt.Errorf("%s: %w", why, errUnauthenticated)
+		return ListResponse{Operations: out}
+	case *ops.Detail:
+		d := *b
+		d.Operation = rd(b.Operation)
+		return &d
+	case WriteResponse:
+		b.Operation = rd(b.Operation)
+		return b
+	case CompensateResponse:
+		b.Compensation = rd(b.Compensation)
+		return b
 	}
-	if a.cfg.Tokens == nil {
-		return refuse("not_configured", "")
-	}
-	hs := r.Header.Values("Authorization")
-	if len(hs) == 0 {
-		return refuse("missing", "no Authorization header")
-	}
-	scheme, token, ok := strings.Cut(hs[0], " ")
-	if len(hs) > 1 || !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || len(token) > MaxTokenLen ||
-		strings.ContainsAny(token, " \t") {
-		return refuse("malformed", `the Authorization header must be "Bearer <token>"`)
-	}
-	actor, ok := a.cfg.Tokens.Lookup(token)
-	if !ok {
-		return refuse("unknown", "the token is not known")
-	}
-	return actor, nil
+	return body
 }
 
 // fail writes err as an error body with the status the table gives it.
@@ -226,8 +231,15 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case status == http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="opledger"`)
-	case status >= 500:
+	case errors.Is(err, errNoTokens):
+		// counted as not_configured by the guard
+	case status == http.StatusInternalServerError:
 		a.cfg.Log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg("api: request failed")
+	default:
+		if status >= 500 {
+			a.cfg.Log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg("api: request failed")
+		}
+		a.refused.WithLabelValues(refusalReason(err, code)).Inc()
 	}
 	writeJSON(w, status, ErrorBody{Error: ErrorDetail{Code: code, Message: msg}})
 }
@@ -487,7 +499,7 @@ var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 func operationID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
 	if !idRE.MatchString(id) {
-		return "", fmt.Errorf("no operation %q: %w", clip(id), op.ErrNotFound)
+		return "", withReason(ReasonUnknownID, fmt.Errorf("no operation %q: %w", clip(id), op.ErrNotFound))
 	}
 	return id, nil
 }

@@ -403,24 +403,46 @@ func TestAuthenticationRolesAndStrictBodies(t *testing.T) {
 	require.Contains(t, unnamed[0].Outcome, "not found")
 	require.JSONEq(t, `{"path_id":"op_.."}`, string(unnamed[0].Detail.(json.RawMessage)))
 
-	// 401s are counted by reason; no token reaches the metrics.
-	resp, err = http.Get(b.url + "/metrics")
+	// 401s are counted by reason; no token reaches the metrics, which
+	// any role reads.
+	metricsReq, err := http.NewRequest(http.MethodGet, b.url+"/metrics", nil)
+	require.NoError(t, err)
+	metricsReq.Header.Set("Authorization", "Bearer "+b.tok["vera"])
+	resp, err = http.DefaultClient.Do(metricsReq)
 	require.NoError(t, err)
 	metrics := string(readAll(t, resp))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Regexp(t, regexp.MustCompile(`opledger_api_unauthorized_total\{reason="unknown"\} 2`), metrics)
 	require.Regexp(t, regexp.MustCompile(`opledger_api_unauthorized_total\{reason="missing"\} 2`), metrics)
 	require.Regexp(t, regexp.MustCompile(`opledger_api_unauthorized_total\{reason="malformed"\} 4`), metrics)
 	require.Regexp(t, regexp.MustCompile(`opledger_api_requests_total\{code="403",route="POST /v1/operations/\{id\}/approve"\} 1`), metrics)
+	// Refusals after authentication are counted by stable reason.
+	for _, reason := range []string{"forbidden", "invalid_query", "invalid_body"} {
+		require.Regexp(t, regexp.MustCompile(`opledger_api_refused_total\{reason="`+reason+`"\} [1-9]`), metrics, reason)
+	}
 	require.NotContains(t, metrics, bogus)
 	for _, tok := range b.tok {
 		require.NotContains(t, metrics, tok)
 	}
-	// The operational routes stay open and answer as documented.
+	// Only liveness is open; the other operational routes answer a token
+	// of any role and refuse none, as documented.
 	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/v1/openapi.yaml"} {
-		resp, err := http.Get(b.url + path)
-		require.NoError(t, err)
-		data := readAll(t, resp)
-		b.spec.check(t, "GET", path, resp.StatusCode, resp.Header.Get("Content-Type"), data)
+		for _, token := range []string{"", b.tok["vera"]} {
+			req, err := http.NewRequest(http.MethodGet, b.url+path, nil)
+			require.NoError(t, err)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			data := readAll(t, resp)
+			want := http.StatusOK
+			if token == "" && path != "/healthz" {
+				want = http.StatusUnauthorized
+			}
+			require.Equal(t, want, resp.StatusCode, "%s with token %v: %s", path, token != "", data)
+			b.spec.check(t, "GET", path, resp.StatusCode, resp.Header.Get("Content-Type"), data)
+		}
 	}
 }
 

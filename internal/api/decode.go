@@ -46,7 +46,7 @@ func readBody(r *http.Request) ([]byte, error) {
 // makes the same or refuses it. Errors wrap op.ErrInvalid.
 func decodeFields(body []byte, fields ...string) (map[string]string, error) {
 	invalid := func(format string, a ...any) error {
-		return fmt.Errorf("body: "+format+": %w", append(a, op.ErrInvalid)...)
+		return withReason(ReasonInvalidBody, fmt.Errorf("body: "+format+": %w", append(a, op.ErrInvalid)...))
 	}
 	if !utf8.Valid(body) {
 		return nil, invalid("not UTF-8")
@@ -146,7 +146,7 @@ func hex4(b []byte, at int) (rune, bool) {
 func listFilter(q url.Values) (store.Filter, error) {
 	var f store.Filter
 	invalid := func(format string, a ...any) error {
-		return fmt.Errorf(format+": %w", append(a, op.ErrInvalid)...)
+		return withReason(ReasonInvalidQuery, fmt.Errorf(format+": %w", append(a, op.ErrInvalid)...))
 	}
 	for name, vs := range q {
 		if len(vs) != 1 {

@@ -67,6 +67,24 @@ func classify(err error) (status int, code, message string) {
 	return http.StatusInternalServerError, CodeInternal, "internal error; the server's log has the details"
 }
 
+// Refusal reasons of opledger_api_refused_total besides the error codes:
+// the finer causes of an invalid request (the intent routes' are in
+// intentbody.go; ReasonInvalidQuery serves both).
+const (
+	ReasonInvalidBody = "invalid_body" // a write's body is not read strictly as its fields
+	ReasonUnknownID   = "unknown_id"   // the path's id is not one an operation can have
+)
+
+// refusalReason is the stable reason a refused request is counted by: the
+// finer one the error carries (withReason), else its error code.
+func refusalReason(err error, code string) string {
+	var r *reasonError
+	if errors.As(err, &r) {
+		return r.reason
+	}
+	return code
+}
+
 // ErrorBody is every error response: {"error": {"code", "message"}}.
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`

@@ -149,17 +149,24 @@ func TestDocumentDescribesEveryRoute(t *testing.T) {
 		req := httptest.NewRequest(rt.Method, strings.ReplaceAll(rt.Path, "{id}", "op_01ABC"), nil)
 		_, pattern := mux.Handler(req)
 		require.Equal(t, rt.Pattern(), pattern, "the mux serves %s under another pattern", rt.Pattern())
-		sec, hasSec := obj(t, s.doc, "paths", rt.Path, strings.ToLower(rt.Method))["security"]
-		if rt.Public {
-			require.True(t, hasSec, "%s is public: its security is []", rt.Pattern())
-			require.Empty(t, sec, "%s is public", rt.Pattern())
-		} else {
-			require.False(t, hasSec, "%s needs the document's bearer security", rt.Pattern())
-		}
+		_, hasSec := obj(t, s.doc, "paths", rt.Path, strings.ToLower(rt.Method))["security"]
+		require.False(t, hasSec, "%s needs the document's bearer security", rt.Pattern())
 	}
 	want := append(mounted, operational...)
 	sort.Strings(want)
 	require.Equal(t, want, s.routes(t), "routes in the document and routes served")
+
+	// Of the operational routes only liveness is open.
+	for _, route := range operational {
+		method, path, _ := strings.Cut(route, " ")
+		sec, hasSec := obj(t, s.doc, "paths", path, strings.ToLower(method))["security"]
+		if path == "/healthz" {
+			require.True(t, hasSec, "liveness needs no credential")
+			require.Empty(t, sec)
+		} else {
+			require.False(t, hasSec, "%s needs the document's bearer security", route)
+		}
+	}
 
 	// An undocumented method on a documented path is not served.
 	req := httptest.NewRequest(http.MethodDelete, "/v1/operations/op_01ABC", nil)
@@ -189,11 +196,52 @@ func TestDocumentDescribesEveryRoute(t *testing.T) {
 	}
 }
 
-// The document is served, unauthenticated, as it is in the repository; an
-// API without tokens answers every other route 503, never open.
+// The document is served as it is in the repository, to a token of any
+// role (metrics included) and to no one without one; an API without tokens
+// answers every route 503, never open. Breaking it: the document served
+// without a credential (every endpoint but liveness needs one).
 func TestDocumentServedAndNoTokensIsUnavailable(t *testing.T) {
 	t.Parallel()
 	s := loadSpec(t)
+	token, entry, err := api.GenerateToken("scraper", ops.RoleMetrics)
+	require.NoError(t, err)
+	tokens, err := api.NewTokens([]api.TokenEntry{entry})
+	require.NoError(t, err)
+	with, err := api.New(api.Config{Ops: ops.New(nil, nil), Tokens: tokens})
+	require.NoError(t, err)
+	wmux := http.NewServeMux()
+	with.Mount(wmux)
+	wsrv := httptest.NewServer(wmux)
+	t.Cleanup(wsrv.Close)
+	get := func(auth string) *http.Response {
+		req, err := http.NewRequest(http.MethodGet, wsrv.URL+"/v1/openapi.yaml", nil)
+		require.NoError(t, err)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		return resp
+	}
+	resp := get("Bearer " + token)
+	body := readAll(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, docs.OpenAPI, body)
+	s.check(t, "GET", "/v1/openapi.yaml", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	resp = get("")
+	body = readAll(t, resp)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	s.check(t, "GET", "/v1/openapi.yaml", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	// The metrics role reads no operation.
+	req, err := http.NewRequest(http.MethodGet, wsrv.URL+"/v1/operations", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body = readAll(t, resp)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s", body)
+	s.check(t, "GET", "/v1/operations", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+
 	a, err := api.New(api.Config{Ops: ops.New(nil, nil)})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
@@ -201,18 +249,7 @@ func TestDocumentServedAndNoTokensIsUnavailable(t *testing.T) {
 	mountIntents(t, a, mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-
-	resp, err := http.Get(srv.URL + "/v1/openapi.yaml")
-	require.NoError(t, err)
-	body := readAll(t, resp)
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, docs.OpenAPI, body)
-	s.check(t, "GET", "/v1/openapi.yaml", resp.StatusCode, resp.Header.Get("Content-Type"), body)
-
 	for _, rt := range allRoutes() {
-		if rt.Public {
-			continue
-		}
 		req, err := http.NewRequest(rt.Method, srv.URL+strings.ReplaceAll(rt.Path, "{id}", "op_01ABC"), strings.NewReader(`{"reason":"x"}`))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer whatever")

@@ -37,7 +37,9 @@ func TestParkedRowsListedAndRequeued(t *testing.T) {
 	gauge := func(want int) {
 		t.Helper()
 		require.Eventually(t, func() bool {
-			resp, err := http.Get(b.url + "/metrics")
+			req, _ := http.NewRequest(http.MethodGet, b.url+"/metrics", nil)
+			req.Header.Set("Authorization", "Bearer "+b.tok["vera"])
+			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				return false
 			}

@@ -72,10 +72,19 @@ func TestPlannerIngestServesTheAPI(t *testing.T) {
 				return "http://" + addr, done
 			default:
 			}
-			resp, err := http.Get("http://" + addr + "/readyz")
+			// /readyz needs a token; without tokens nothing does but
+			// /healthz, and the API says so once it is mounted.
+			path, auth := "/readyz", "Bearer "+token
+			if tokens == "" {
+				path = "/v1/operations"
+			}
+			req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+			req.Header.Set("Authorization", auth)
+			resp, err := http.DefaultClient.Do(req)
 			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
+				if resp.StatusCode == http.StatusOK || (tokens == "" && strings.Contains(string(b), "no API tokens configured")) {
 					break
 				}
 			}
@@ -108,6 +117,12 @@ func TestPlannerIngestServesTheAPI(t *testing.T) {
 	code, _ = get(withTokens, "/v1/operations", "")
 	require.Equal(t, http.StatusUnauthorized, code)
 	code, _ = get(withTokens, "/v1/openapi.yaml", "")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, _ = get(withTokens, "/v1/openapi.yaml", token)
+	require.Equal(t, http.StatusOK, code)
+	code, _ = get(withTokens, "/metrics", "")
+	require.Equal(t, http.StatusUnauthorized, code, "/metrics needs a credential")
+	code, _ = get(withTokens, "/metrics", token)
 	require.Equal(t, http.StatusOK, code)
 
 	without, _ := start(app.PlannerIngest, "")
@@ -116,12 +131,19 @@ func TestPlannerIngestServesTheAPI(t *testing.T) {
 	require.Contains(t, body, "no API tokens configured")
 	code, _ = get(without, "/healthz", "")
 	require.Equal(t, http.StatusOK, code)
+	code, body = get(without, "/readyz", token)
+	require.Equal(t, http.StatusServiceUnavailable, code, "no tokens: never open")
+	require.Contains(t, body, "no API tokens configured")
 
 	dispatcher, _ := start(app.Dispatcher, good)
 	code, _ = get(dispatcher, "/healthz", "")
 	require.Equal(t, http.StatusOK, code)
 	code, _ = get(dispatcher, "/v1/operations", token)
 	require.Equal(t, http.StatusNotFound, code, "only planner-ingest serves the API")
+	code, _ = get(dispatcher, "/metrics", "")
+	require.Equal(t, http.StatusUnauthorized, code, "every service's /metrics needs a credential")
+	code, _ = get(dispatcher, "/metrics", token)
+	require.Equal(t, http.StatusOK, code, "a token of the tokens file, any role")
 
 	_, done := start(app.PlannerIngest, bad)
 	select {

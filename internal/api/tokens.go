@@ -71,7 +71,7 @@ var (
 
 // NewTokens validates entries: each actor is 1-64 characters of letters,
 // digits and . _ @ - (starting with a letter or digit), each role is
-// viewer, approver, operator, admin or agent (an agent with its tenant and
+// viewer, approver, operator, admin, metrics or agent (an agent with its tenant and
 // optional workflow prefix, see TokenEntry), each sha256 is 64 lowercase
 // hex digits and appears once, and an actor listed more than once (a token
 // being rotated) has one role (and one tenant and prefix). The error names every bad entry (1-based)
@@ -88,7 +88,7 @@ func NewTokens(entries []TokenEntry) (*Tokens, error) {
 			errs = append(errs, fmt.Errorf("entry %d: actor must be 1-64 letters, digits or . _ @ - starting with a letter or digit, got %q", n, clip(e.Actor)))
 			continue
 		case !ops.ValidRole(e.Role) && e.Role != ops.RoleAgent:
-			errs = append(errs, fmt.Errorf("entry %d (%s): role must be viewer, approver, operator, admin or agent, got %q", n, e.Actor, clip(string(e.Role))))
+			errs = append(errs, fmt.Errorf("entry %d (%s): role must be viewer, approver, operator, admin, metrics or agent, got %q", n, e.Actor, clip(string(e.Role))))
 			continue
 		case agentScopeError(e) != "":
 			errs = append(errs, fmt.Errorf("entry %d (%s): %s", n, e.Actor, agentScopeError(e)))

@@ -11,22 +11,22 @@ import (
 	"github.com/opledger/opledger/schema"
 )
 
-// DBUserName is the login user of a service's process that `opledger
-// db-users` creates: opledger_svc_<service>.
+// DBUserName is the login user of a service's process (or of the API,
+// PartAPI) that `opledger db-users` creates: opledger_svc_<service>.
 func DBUserName(service string) string {
 	return "opledger_svc_" + strings.ReplaceAll(service, "-", "_")
 }
 
 // EnsureDBUser makes user a login user with password that is a member of
-// exactly the roles of service's process (ProcessDBRoles): it creates the
+// exactly the roles of service's process, or the API's (LoginDBRoles): it creates the
 // user when absent, sets its password, grants the missing roles and revokes
 // any other opledger role. It is idempotent. conn must be the migrator (or
 // a role with CREATEROLE and, from PostgreSQL 16, ADMIN on the roles). The
 // password is sent as a quoted literal and never logged.
 func EnsureDBUser(ctx context.Context, conn *pgx.Conn, user, service, password string) error {
-	want := ProcessDBRoles(service)
+	want := LoginDBRoles(service)
 	if want == nil {
-		return fmt.Errorf("db user %s: unknown service %q (have %v)", user, service, AllServices)
+		return fmt.Errorf("db user %s: unknown service %q (have %v)", user, service, DBLogins)
 	}
 	if password == "" {
 		return fmt.Errorf("db user %s: empty password", user)

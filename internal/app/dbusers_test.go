@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -57,4 +58,49 @@ func testdbSeq(t *testing.T, conn *pgx.Conn) int64 {
 	var n int64
 	require.NoError(t, conn.QueryRow(t.Context(), `SELECT pg_backend_pid()::bigint * 1000 + (random() * 999)::bigint`).Scan(&n))
 	return n
+}
+
+// planner-ingest's login and the operators' API's are two users:
+// intake's can neither read nor write attempts (nor read the audit log),
+// the API's reads them and writes neither. Breaking it: planner-ingest's
+// login in opledger_operator again (as it was while it served the API on
+// one login), which reads attempts.
+func TestPlannerIngestLoginIsNotTheAPIs(t *testing.T) {
+	t.Parallel()
+	cs := testdb.New(t)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, cs)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.WithoutCancel(ctx)) })
+	require.NotContains(t, app.ProcessDBRoles(app.PlannerIngest), app.DBRoles[app.PartAPI])
+	require.Equal(t, []string{"opledger_operator"}, app.LoginDBRoles(app.PartAPI))
+	require.Contains(t, app.DBLogins, app.PartAPI)
+	require.Equal(t, "opledger_svc_api", app.DBUserName(app.PartAPI))
+
+	n := testdbSeq(t, conn)
+	users := map[string]string{}
+	for _, login := range []string{app.PlannerIngest, app.PartAPI} {
+		user := fmt.Sprintf("opledger_svc_test_%s_%d", strings.ReplaceAll(login, "-", "_"), n)
+		t.Cleanup(func() {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "DROP ROLE IF EXISTS "+pgx.Identifier{user}.Sanitize())
+		})
+		require.NoError(t, app.EnsureDBUser(ctx, conn, user, login, "pw-"+login))
+		users[login] = user
+	}
+	// try runs sql as login, in a transaction rolled back after it.
+	try := func(login, sql string) error {
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		_, err = tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{users[login]}.Sanitize())
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, sql)
+		return err
+	}
+	for _, sql := range []string{`SELECT * FROM attempts`, `UPDATE attempts SET outcome = 'success'`, `SELECT * FROM audit_log`} {
+		require.ErrorContains(t, try(app.PlannerIngest, sql), "permission denied", sql)
+	}
+	require.NoError(t, try(app.PlannerIngest, `SELECT count(*) FROM operations`))
+	require.NoError(t, try(app.PartAPI, `SELECT * FROM attempts`))
+	require.ErrorContains(t, try(app.PartAPI, `UPDATE attempts SET outcome = 'success'`), "permission denied")
 }

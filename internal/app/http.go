@@ -5,12 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/opledger/opledger/internal/api"
 )
 
 // Check is one readiness check's verdict.
@@ -29,13 +35,23 @@ type HTTPConfig struct {
 	// Ready runs the readiness checks of GET /readyz; nil is always ready.
 	Ready func(ctx context.Context) []Check
 	// Routes, when set, adds routes to the mux: the operators' API
-	// (internal/api) and, in a stack, the local vendors' statistics.
+	// (internal/api) and, in a stack, the local vendors' statistics. They
+	// authenticate themselves: the API's routes by bearer token, routes
+	// under /webhooks/ by the vendor's signature.
 	Routes func(*http.ServeMux)
+	// Guard authenticates /metrics and /readyz: a token of any role, or
+	// none from loopback when it was configured so (api.GuardConfig). nil
+	// refuses them (503): they are never open by default.
+	Guard *api.Guard
+	// Log receives a handler's panic (its type and stack, never its value)
+	// and the server's own errors.
+	Log zerolog.Logger
 }
 
-// HTTPServer serves /metrics, /healthz (liveness: the process answers),
-// /readyz (every readiness check passes; 503 with the failing checks
-// otherwise) and, when configured, the operators' API.
+// HTTPServer serves /healthz (liveness: the process answers; the one
+// route without a credential), /metrics and /readyz (every readiness check
+// passes; 503 with the failing checks otherwise), both behind the Guard,
+// and, when configured, the operators' API.
 type HTTPServer struct {
 	srv *http.Server
 	url string
@@ -49,12 +65,12 @@ func ServeHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 	}
 	mux := http.NewServeMux()
 	if cfg.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+		mux.Handle("GET /metrics", cfg.Guard.Probe(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET /readyz", cfg.Guard.Probe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var checks []Check
 		if cfg.Ready != nil {
 			ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
@@ -70,13 +86,54 @@ func ServeHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 			status = http.StatusServiceUnavailable
 		}
 		writeJSON(w, status, map[string]any{"ready": ready, "checks": checks})
-	})
+	})))
 	if cfg.Routes != nil {
 		cfg.Routes(mux)
 	}
-	s := &HTTPServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, url: "http://" + ln.Addr().String()}
+	s := &HTTPServer{srv: &http.Server{Handler: recoverPanics(mux, cfg.Log), ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: log.New(serverLog{cfg.Log}, "", 0)}, url: "http://" + ln.Addr().String()}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
+}
+
+// recoverPanics answers a handler's panic 500 and logs its type and stack,
+// never its value (which may quote a request, an argument or a token):
+// net/http would otherwise log the value itself. http.ErrAbortHandler is
+// net/http's own way to abort a response, and passes through.
+func recoverPanics(h http.Handler, lg zerolog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			lg.Error().Str("method", r.Method).Str("path", clipPath(r.URL.Path)).Str("panic_type", fmt.Sprintf("%T", v)).
+				Str("stack", string(debug.Stack())).Msg("http handler panicked")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, `{"error":{"code":"internal","message":"internal error; the server's log has the details"}}`+"\n")
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func clipPath(p string) string {
+	if len(p) > 128 {
+		return p[:128] + "…"
+	}
+	return p
+}
+
+// serverLog takes net/http's own error lines (bad requests, TLS
+// handshakes) into the process's log.
+type serverLog struct{ lg zerolog.Logger }
+
+func (s serverLog) Write(p []byte) (int, error) {
+	s.lg.Warn().Str("error", strings.TrimSpace(string(p))).Msg("http server")
+	return len(p), nil
 }
 
 // URL is the server's base URL.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/url"
 	"path/filepath"
 	"strings"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/opledger/opledger/internal/bus"
 	"github.com/opledger/opledger/internal/natsembed"
 	"github.com/opledger/opledger/internal/pglocal"
+	redactpkg "github.com/opledger/opledger/internal/redact"
 	"github.com/opledger/opledger/schema"
 )
 
@@ -176,17 +176,6 @@ func roleUsers(ctx context.Context, url string) (map[string]string, error) {
 	return urls, nil
 }
 
-// redact drops any password from a URL before it is printed.
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		if strings.Contains(s, "password=") {
-			return "(connection string with password)"
-		}
-		return s
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
+// redact drops every credential from a connection string before it is
+// printed (internal/redact).
+func redact(s string) string { return redactpkg.URL(s) }

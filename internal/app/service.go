@@ -25,6 +25,7 @@ import (
 	"github.com/opledger/opledger/internal/failpoint"
 	"github.com/opledger/opledger/internal/maintain"
 	"github.com/opledger/opledger/internal/ops"
+	redactpkg "github.com/opledger/opledger/internal/redact"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/webhook"
 	"github.com/opledger/opledger/schema"
@@ -34,12 +35,15 @@ import (
 type ServiceConfig struct {
 	Name        string // one of AllServices
 	DatabaseURL string
-	NATSURL     string
-	Registry    RegistryConfig
-	Instance    string
-	Instances   int // dispatcher instances in this process
-	Relays      int
-	Migrate     bool
+	// APIDatabaseURL is the operators' API's own login (planner-ingest
+	// only), a member of opledger_operator; "" shares DatabaseURL.
+	APIDatabaseURL string
+	NATSURL        string
+	Registry       RegistryConfig
+	Instance       string
+	Instances      int // dispatcher instances in this process
+	Relays         int
+	Migrate        bool
 	// SetRoles has each part of the process take its own Postgres role
 	// (ServicesConfig.SetRoles); the login user must be a member of all.
 	SetRoles  bool
@@ -48,9 +52,13 @@ type ServiceConfig struct {
 	// HTTPAddr serves /metrics, /healthz and /readyz, and for planner-ingest
 	// the operators' API (internal/api).
 	HTTPAddr string
-	// APITokens is the path of the API's tokens file (planner-ingest only);
-	// without it the API's routes answer 503.
+	// APITokens is the path of the tokens file: its tokens (any role)
+	// authenticate /metrics and /readyz, and planner-ingest's API. Without
+	// it those answer 503 (only /healthz needs no token).
 	APITokens string
+	// HTTPOpenLoopback lets requests from a loopback address read /metrics
+	// and /readyz without a token (a container's own healthcheck).
+	HTTPOpenLoopback bool
 	// IntentNATSSecrets is the directory of the agents' NATS passwords the
 	// HTTP intent API connects with, one per tenant (planner-ingest only;
 	// IntentNATS.SecretsDir); empty, it uses NATSAuth.
@@ -102,6 +110,10 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.DatabaseURL, "database-url", env("DATABASE_URL", ""), "Postgres connection string [DATABASE_URL]")
+	if name == PlannerIngest {
+		fs.StringVar(&cfg.APIDatabaseURL, "api-database-url", env("OPLEDGER_API_DATABASE_URL", ""),
+			"the operators' API's own Postgres login (opledger_svc_api, in opledger_operator); unset, the API shares DATABASE_URL's [OPLEDGER_API_DATABASE_URL]")
+	}
 	fs.StringVar(&cfg.NATSURL, "nats-url", env("NATS_URL", ""), "NATS URL [NATS_URL]")
 	natsAuth := NATSAuthFlags(fs, env)
 	var registries []string
@@ -127,9 +139,11 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	fs.StringVar(&cfg.LogLevel, "log", env("OPLEDGER_LOG", "info"), "log level: trace, debug, info, warn, error, disabled [OPLEDGER_LOG]")
 	fs.StringVar(&cfg.LogFormat, "log-format", env("OPLEDGER_LOG_FORMAT", LogAuto), "log format: json, console, or auto (console on a terminal) [OPLEDGER_LOG_FORMAT]")
 	fs.StringVar(&cfg.HTTPAddr, "http", env("OPLEDGER_HTTP_ADDR", "127.0.0.1:0"), "address of /metrics, /healthz and /readyz; port 0 picks a free one, logged at start [OPLEDGER_HTTP_ADDR]")
+	fs.StringVar(&cfg.APITokens, "api-tokens", env("OPLEDGER_API_TOKENS", ""), "tokens file: any of its tokens (the metrics role included) reads /metrics, /readyz and /v1/openapi.yaml, and planner-ingest's operators' API takes them by role; unset, those answer 503 [OPLEDGER_API_TOKENS]")
+	fs.BoolVar(&cfg.HTTPOpenLoopback, "http-open-loopback", env("OPLEDGER_HTTP_OPEN_LOOPBACK", "") == "true",
+		"answer /metrics and /readyz without a token to requests from a loopback address (a container's own healthcheck); off by default [OPLEDGER_HTTP_OPEN_LOOPBACK=true]")
 	cfg.WebhookSecretFiles = map[string]string{}
 	if name == PlannerIngest {
-		fs.StringVar(&cfg.APITokens, "api-tokens", env("OPLEDGER_API_TOKENS", ""), "tokens file of the operators' API, served on -http; unset, the API answers 503 [OPLEDGER_API_TOKENS]")
 		fs.StringVar(&cfg.IntentNATSSecrets, "intent-nats-secrets", env("OPLEDGER_INTENT_NATS_SECRETS", ""),
 			"directory of the agents' NATS passwords (agent-<tenant>.password, as deploy/nats/genpasswd writes them) the HTTP intent API submits with, as each agent token's tenant; unset, it uses this service's NATS credentials [OPLEDGER_INTENT_NATS_SECRETS]")
 		fs.Func("webhook-secrets-file", "PROVIDER=FILE: the signing secrets of a webhook provider, separated by white space (repeatable) "+
@@ -242,10 +256,11 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	if err != nil {
 		return err
 	}
-	// planner-ingest serves the operators' API; a bad tokens file stops it
-	// here, before it waits for anything.
+	// The tokens authenticate /metrics, /readyz, the document and
+	// planner-ingest's API; a bad tokens file stops the service here,
+	// before it waits for anything.
 	var tokens *api.Tokens
-	if cfg.Name == PlannerIngest && cfg.APITokens != "" {
+	if cfg.APITokens != "" {
 		if tokens, err = api.LoadTokens(cfg.APITokens); err != nil {
 			return err
 		}
@@ -262,8 +277,14 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	// start-up waits, /readyz says for what.
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Every route but /healthz needs a token of the tokens file (or, for
+	// /metrics and /readyz, a loopback peer with -http-open-loopback).
+	guard, err := api.NewGuard(api.GuardConfig{Tokens: tokens, OpenOnLoopback: cfg.HTTPOpenLoopback, Registerer: promReg, Log: log})
+	if err != nil {
+		return err
+	}
 	bt := newBoot()
-	h, err := ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: bt.ready,
+	h, err := ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: bt.ready, Guard: guard, Log: log,
 		Routes: func(mux *http.ServeMux) { mux.Handle("/", bt) }})
 	if err != nil {
 		return err
@@ -279,8 +300,15 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 			return err
 		}
 	}
+	var dbURLs map[string]string
+	if cfg.Name == PlannerIngest && cfg.APIDatabaseURL != "" {
+		dbURLs = map[string]string{PartAPI: cfg.APIDatabaseURL}
+	} else if cfg.Name == PlannerIngest {
+		log.Warn().Msg("the operators' API shares planner-ingest's Postgres login (no OPLEDGER_API_DATABASE_URL): " +
+			"that login needs opledger_operator, which also reads attempts and the audit log")
+	}
 	s, err := StartServices(ctx, ServicesConfig{
-		DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
+		DatabaseURL: cfg.DatabaseURL, DatabaseURLs: dbURLs, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
 		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays, SetRoles: cfg.SetRoles,
 		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout, MCPUpstreams: upstreams, WebhookSecrets: webhookSecrets,
 		Maintain: maintain.Config{RejectedRetention: cfg.RejectedRetention},
@@ -292,7 +320,8 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	defer stopServices(s, log)
 	routes := http.NewServeMux()
 	if cfg.Name == PlannerIngest {
-		a, err := api.New(api.Config{Ops: ops.New(s.StoreFor(PartAPI), reg), Tokens: tokens, Registerer: promReg, Log: log})
+		a, err := api.New(api.Config{Ops: ops.New(s.StoreFor(PartAPI), reg), Tokens: tokens, Registerer: promReg,
+			Guard: guard, Log: log})
 		if err != nil {
 			return err
 		}
@@ -310,16 +339,23 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 		a.Mount(routes)
 		intents.Mount(routes)
 		s.Webhooks.Mount(routes)
-		if tokens == nil {
-			log.Warn().Msg("no API tokens configured (OPLEDGER_API_TOKENS): the operators' API answers 503")
-		}
 		for _, p := range s.Webhooks.Unconfigured() {
 			log.Warn().Str("provider", p).Str("env", WebhookSecretsEnv(p)).Msg("no signing secret for this webhook provider: its deliveries are refused (503 no_secret)")
 		}
 	} else {
 		// Every service hands out the API's document; planner-ingest
 		// serves the API itself.
-		api.MountDocument(routes)
+		api.MountDocument(routes, guard)
+	}
+	if tokens == nil {
+		what := "/metrics, /readyz and /v1/openapi.yaml answer 503"
+		if cfg.HTTPOpenLoopback {
+			what = "/metrics and /readyz answer only loopback, /v1/openapi.yaml 503"
+		}
+		if cfg.Name == PlannerIngest {
+			what += ", and the operators' API 503"
+		}
+		log.Warn().Msg("no API tokens configured (OPLEDGER_API_TOKENS): " + what)
 	}
 	bt.started(s, routes)
 	log.Info().Str("http", h.URL()).Strs("tools", reg.Names()).Msg("started")
@@ -444,11 +480,5 @@ func ctxOr(ctx context.Context, err error) error {
 }
 
 // redactErr renders err without the credentials of url, should the driver
-// have quoted it.
-func redactErr(err error, url string) string {
-	s := err.Error()
-	if url != "" {
-		s = strings.ReplaceAll(s, url, redact(url))
-	}
-	return s
-}
+// have quoted it, whole or in parts.
+func redactErr(err error, url string) string { return redactpkg.Error(err, url) }

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +19,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/docs"
+	"github.com/opledger/opledger/internal/api"
 	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/natsembed"
+	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/testdb"
 )
 
@@ -80,7 +84,9 @@ func TestServiceRefusesAnUnmigratedDatabase(t *testing.T) {
 func TestServiceAnswersWhileWaitingForDependencies(t *testing.T) {
 	t.Parallel()
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg, err := app.ParseServiceFlags(app.PlannerIngest, []string{"-log", "disabled", "-http", httpAddr, "-connect-timeout", "4s"},
+	// Open to loopback (every request here comes from it), as compose runs
+	// a service for its healthcheck.
+	cfg, err := app.ParseServiceFlags(app.PlannerIngest, []string{"-log", "disabled", "-http", httpAddr, "-connect-timeout", "4s", "-http-open-loopback"},
 		env(map[string]string{
 			"DATABASE_URL": fmt.Sprintf("postgres://opledger:secret@127.0.0.1:%d/opledger?sslmode=disable", freePort(t)),
 			"NATS_URL":     fmt.Sprintf("nats://127.0.0.1:%d", freePort(t)),
@@ -141,11 +147,13 @@ func TestServiceAnswersWhileWaitingForDependencies(t *testing.T) {
 }
 
 // Each service binary shows and takes only its own flags: -instances is the
-// dispatcher's, -api-tokens and -webhook-secrets-file planner-ingest's, the retention periods the
-// reconciler's (its process campaigns for the maintenance leadership).
+// dispatcher's, -api-database-url and -webhook-secrets-file
+// planner-ingest's, the retention period the reconciler's (its process
+// campaigns for the maintenance leadership). Every one takes -api-tokens
+// and -http-open-loopback: its /metrics and /readyz need a credential.
 func TestServiceFlagsAreEachBinarysOwn(t *testing.T) {
 	t.Parallel()
-	own := map[string][]string{app.Dispatcher: {"-instances"}, app.PlannerIngest: {"-api-tokens", "-webhook-secrets-file"},
+	own := map[string][]string{app.Dispatcher: {"-instances"}, app.PlannerIngest: {"-api-database-url", "-webhook-secrets-file"},
 		app.Reconciler: {"-rejected-retention"}}
 	for _, name := range app.AllServices {
 		var usage strings.Builder
@@ -163,6 +171,8 @@ func TestServiceFlagsAreEachBinarysOwn(t *testing.T) {
 			}
 		}
 		require.NotContains(t, usage.String(), "only)", "%s -h: no flag of another binary", name)
+		require.Contains(t, usage.String(), "  -api-tokens ", "%s -h", name)
+		require.Contains(t, usage.String(), "  -http-open-loopback\n", "%s -h", name)
 	}
 }
 
@@ -183,8 +193,14 @@ func TestServiceReadiness(t *testing.T) {
 	ns, err := natsembed.Start(natsembed.Options{Port: natsPort})
 	require.NoError(t, err)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg, err := app.ParseServiceFlags(app.Dispatcher, []string{"-log", "disabled", "-http", httpAddr},
-		env(map[string]string{"DATABASE_URL": url, "NATS_URL": ns.URL()}), io.Discard)
+	// Open to loopback, as compose runs it for the container's healthcheck
+	// (every request here comes from 127.0.0.1).
+	docToken, entry, err := api.GenerateToken("reader", ops.RoleMetrics)
+	require.NoError(t, err)
+	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
+	require.NoError(t, os.WriteFile(tokens, []byte(entry.Line()+"\n"), 0o600))
+	cfg, err := app.ParseServiceFlags(app.Dispatcher, []string{"-log", "disabled", "-http", httpAddr, "-http-open-loopback"},
+		env(map[string]string{"DATABASE_URL": url, "NATS_URL": ns.URL(), "OPLEDGER_API_TOKENS": tokens}), io.Discard)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -194,8 +210,13 @@ func TestServiceReadiness(t *testing.T) {
 		<-done
 		ns.Shutdown()
 	})
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + httpAddr + path)
+	getWith := func(path, token string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, "http://"+httpAddr+path, nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -203,6 +224,7 @@ func TestServiceReadiness(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	get := func(path string) (int, string) { return getWith(path, "") }
 	type readiness struct {
 		Ready  bool        `json:"ready"`
 		Checks []app.Check `json:"checks"`
@@ -224,7 +246,10 @@ func TestServiceReadiness(t *testing.T) {
 	require.Contains(t, body, "go_goroutines")
 	// Every service hands out the operators' API document, which says that
 	// planner-ingest serves the routes; a dispatcher serves none of them.
-	code, body = get("/v1/openapi.yaml")
+	// Open to loopback or not, the document needs a token of any role.
+	code, _ = get("/v1/openapi.yaml")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, body = getWith("/v1/openapi.yaml", docToken)
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, string(docs.OpenAPI), body)
 	require.Contains(t, body, "planner-ingest")

@@ -61,22 +61,67 @@ var DBRoles = map[string]string{
 	PartAPI:        "opledger_operator",
 }
 
+// PublishPrefixes are the subjects each service's process publishes, as
+// prefixes: what its parts write to the outbox, and so what its relays
+// publish and deploy/nats/nats.conf lets its NATS user publish (the tests
+// in internal/natsauth hold the two equal).
+//
+//   - planner-ingest: the answers to intents (results), their dispatch
+//     commands, and the operators' API it serves: an approval or a
+//     "not applied" verdict dispatches, a compensation is a new operation
+//     (dispatch), "give up" fails the operation (failed), every change
+//     answers the agent (results); and the vendors' webhooks it takes,
+//     whose evidence settles an operation (what follows an outcome:
+//     dispatch, unknown, failed, results) or flags an out-of-band effect
+//     (alerts).
+//   - dispatcher: an attempt's outcome and what follows it: a retry
+//     (dispatch), an ambiguous outcome (unknown), a permanent failure
+//     (failed), the agent's result.
+//   - reconciler: a lookup's verdict and what follows it (as the
+//     dispatcher's), webhook evidence it applies (as planner-ingest's,
+//     alerts included), and the maintenance leader's sweeps (unknown),
+//     re-drives (dispatch, unknown), expired approvals (results) and held
+//     evidence.
+//   - compensator: compensations (dispatch) and results.
+//
+// A process running one service relays only its own rows
+// (outbox.Config.Subjects); a process running several relays every row.
+var PublishPrefixes = map[string][]string{
+	PlannerIngest: {wire.OpsSubjectPrefix + wire.KindDispatch + ".", wire.OpsSubjectPrefix + wire.KindUnknown + ".", wire.OpsSubjectPrefix + wire.KindFailed + ".", wire.ResultSubjectPrefix, wire.AlertSubjectPrefix},
+	Dispatcher:    {wire.OpsSubjectPrefix + wire.KindDispatch + ".", wire.OpsSubjectPrefix + wire.KindUnknown + ".", wire.OpsSubjectPrefix + wire.KindFailed + ".", wire.ResultSubjectPrefix},
+	Reconciler:    {wire.OpsSubjectPrefix + wire.KindDispatch + ".", wire.OpsSubjectPrefix + wire.KindUnknown + ".", wire.OpsSubjectPrefix + wire.KindFailed + ".", wire.ResultSubjectPrefix, wire.AlertSubjectPrefix},
+	Compensator:   {wire.OpsSubjectPrefix + wire.KindDispatch + ".", wire.ResultSubjectPrefix},
+}
+
 // ProcessDBRoles returns the roles the login user of a service's process
 // must be a member of: the service's own and those of the parts its process
-// runs (PartRelay always; PartMaintainer with the reconciler; PartAPI with
-// planner-ingest). Unknown services have none.
+// runs (PartRelay always; PartMaintainer with the reconciler). The
+// operators' API that planner-ingest serves is not among them: it has a
+// login of its own (LoginDBRoles(PartAPI), ServiceConfig.APIDatabaseURL),
+// so that intake's login cannot read attempts or the audit log. Unknown
+// services have none.
 func ProcessDBRoles(service string) []string {
 	if !slices.Contains(AllServices, service) {
 		return nil
 	}
 	roles := []string{DBRoles[service], DBRoles[PartRelay]}
-	switch service {
-	case Reconciler:
+	if service == Reconciler {
 		roles = append(roles, DBRoles[PartMaintainer])
-	case PlannerIngest:
-		roles = append(roles, DBRoles[PartAPI])
 	}
 	return roles
+}
+
+// DBLogins are the login users `opledger db-users` can make: one per
+// service process, and the operators' API's.
+var DBLogins = append(slices.Clone(AllServices), PartAPI)
+
+// LoginDBRoles returns the roles of a login of DBLogins: a service's
+// process's (ProcessDBRoles), or the API's, opledger_operator only.
+func LoginDBRoles(login string) []string {
+	if login == PartAPI {
+		return []string{DBRoles[PartAPI]}
+	}
+	return ProcessDBRoles(login)
 }
 
 // ServicesConfig says which services to run in this process.
@@ -422,7 +467,11 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		if err != nil {
 			return nil, err
 		}
-		r := outbox.New(outbox.Config{ID: rname, Handoff: queues[i]}, rs, b, log)
+		var subjects []string
+		if len(run) == 1 {
+			subjects = PublishPrefixes[run[0]]
+		}
+		r := outbox.New(outbox.Config{ID: rname, Handoff: queues[i], Subjects: subjects}, rs, b, log)
 		s.relays = append(s.relays, rname)
 		s.wg.Add(1)
 		go func() {

@@ -32,8 +32,9 @@ type StackConfig struct {
 	// (internal/api), the webhook intake (POST /webhooks/{provider}) and
 	// /v1/vendors/stats ("" = no HTTP server).
 	HTTPAddr string
-	// APITokens authenticate the operators' API and /v1/vendors/stats; nil
-	// answers them 503 "no API tokens configured".
+	// APITokens authenticate the operators' API, /v1/vendors/stats,
+	// /metrics and /readyz; nil answers them 503 "no API tokens
+	// configured" (only /healthz needs no token).
 	APITokens *api.Tokens
 	// IntentWait bounds the HTTP intent API's ?wait=final (0: 25s). The
 	// intent API is served with the operators' one; it reaches NATS as
@@ -138,7 +139,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 			return nil, err
 		}
 		const stats = "GET /v1/vendors/stats"
-		d.HTTP, err = ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: d.Services.Ready,
+		d.HTTP, err = ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: d.Services.Ready, Guard: a.Guard(), Log: cfg.Log,
 			Routes: func(mux *http.ServeMux) {
 				a.Mount(mux)
 				intents.Mount(mux)

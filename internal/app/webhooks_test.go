@@ -293,7 +293,10 @@ func TestVendorWebhooksSettleOperations(t *testing.T) {
 	require.NotEmpty(t, firstKey(statuses, store.EvidenceApplied), "and the webhook that settled it")
 
 	// The settlements are counted apart from attempts and lookups.
-	resp, err := http.Get(d.HTTP.URL() + "/metrics")
+	mreq, err := http.NewRequest(http.MethodGet, d.HTTP.URL()+"/metrics", nil)
+	require.NoError(t, err)
+	mreq.Header.Set("Authorization", "Bearer "+token) // any operator role reads the metrics
+	resp, err := http.DefaultClient.Do(mreq)
 	require.NoError(t, err)
 	metrics, err := io.ReadAll(resp.Body)
 	resp.Body.Close()

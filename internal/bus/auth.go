@@ -4,12 +4,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/opledger/opledger/internal/redact"
 	"github.com/opledger/opledger/pkg/op"
 )
 
@@ -196,29 +196,7 @@ func (a Auth) Options() ([]nats.Option, error) {
 
 // RedactURL renders a NATS URL, or a comma-separated list of them, without
 // secrets: nats://user:***@host:4222 for a user and password, and
-// nats://***@host:4222 for a token. Something that does not parse as a
-// URL is replaced as a whole, since it may hold a secret anywhere.
-func RedactURL(raw string) string {
-	parts := strings.Split(raw, ",")
-	for i, p := range parts {
-		p = strings.TrimSpace(p)
-		if !strings.Contains(p, "@") {
-			parts[i] = p
-			continue
-		}
-		if !strings.Contains(p, "://") {
-			p = "nats://" + p
-		}
-		u, err := url.Parse(p)
-		if err != nil || u.User == nil {
-			parts[i] = "(unparsable NATS URL)"
-			continue
-		}
-		if _, ok := u.User.Password(); ok {
-			parts[i] = u.Scheme + "://" + url.PathEscape(u.User.Username()) + ":***@" + u.Host + u.EscapedPath()
-		} else {
-			parts[i] = u.Scheme + "://***@" + u.Host + u.EscapedPath()
-		}
-	}
-	return strings.Join(parts, ",")
-}
+// nats://***@host:4222 for a token (see internal/redact). Something that
+// does not parse as a URL is replaced as a whole, since it may hold a
+// secret anywhere.
+func RedactURL(raw string) string { return redact.URL(raw) }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/bus"
+	"github.com/opledger/opledger/internal/redact"
 	"github.com/opledger/opledger/pkg/op"
 )
 
@@ -74,7 +75,7 @@ func TestRedactURL(t *testing.T) {
 		"tls://u:p@a:1,nats://t@b:2": "tls://u:***@a:1,nats://***@b:2",
 		"nats://h:4222":              "nats://h:4222",
 		"u:p4ss@h:4222":              "nats://u:***@h:4222",
-		"nats://u:p%zz@h":            "(unparsable NATS URL)",
+		"nats://u:p%zz@h":            redact.Unparsable,
 	} {
 		got := bus.RedactURL(in)
 		require.Equal(t, want, got, in)

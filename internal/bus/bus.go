@@ -16,10 +16,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"runtime/debug"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/opledger/opledger/internal/redact"
 	"github.com/opledger/opledger/pkg/wire"
 )
 
@@ -72,7 +75,7 @@ func ConnectAuth(ctx context.Context, url, name string, auth Auth, log zerolog.L
 		})}, aopts...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("bus: connect %s (credential %s): %w", RedactURL(url), auth.Kind(), err)
+		return nil, fmt.Errorf("bus: connect %s (credential %s): %w", RedactURL(url), auth.Kind(), redact.Wrap(err, url))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -124,7 +127,7 @@ type StreamOptions struct {
 	// Replicas per stream; 1 for a single server.
 	Replicas int
 	// DuplicateWindow is JetStream's Nats-Msg-Id dedupe window for OPS and
-	// RESULTS (default 2m). INTENTS always has IntentDuplicateWindow.
+	// RESULTS (default 2m). INTENTS has none (StreamIntentsAnchor).
 	DuplicateWindow time.Duration
 	// MaxAge bounds how long messages are kept (default 24h for INTENTS and
 	// OPS, 1h for RESULTS, 7 days for ALERTS). The ledger, not the stream,
@@ -138,20 +141,12 @@ type StreamOptions struct {
 // yet, and remembers o for recreating them should the server lose them.
 // Existing streams are left as the operator configured them, except that
 // OPS must keep at most one message per subject (one live command per
-// operation and kind), and INTENTS must not dedupe by Nats-Msg-Id for
-// longer than IntentDuplicateWindow; both are set if missing. Several
-// processes may call it at once.
+// operation and kind), and INTENTS must not dedupe by Nats-Msg-Id (see
+// StreamIntentsAnchor); both are set if missing. Several processes may call
+// it at once.
 //
 // OPS is a work queue: a command leaves the stream once a worker has acked
 // it, so the stream holds only commands still to do.
-// IntentDuplicateWindow is INTENTS' Nats-Msg-Id dedupe window: the
-// shortest JetStream allows. A stream's dedupe is stream-wide, across
-// tenants, so with a longer window an agent of one tenant could publish
-// another tenant's event id first and make that tenant's intent vanish as a
-// "duplicate". The ledger's inbox dedupes event ids per tenant instead (a
-// redelivered intent is answered duplicate_event).
-const IntentDuplicateWindow = 100 * time.Millisecond
-
 func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 	b.mu.Lock()
 	b.streams = o
@@ -173,19 +168,21 @@ func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 		return def
 	}
 	for _, sc := range []jetstream.StreamConfig{
+		// The anchor first: INTENTS sources from it.
+		{Name: StreamIntentsAnchor, Subjects: []string{intentsAnchorSubject}, MaxMsgs: 1, MaxAge: time.Hour,
+			Retention: jetstream.LimitsPolicy, Description: "empty on purpose: INTENTS sources from it so that it dedupes nothing by Nats-Msg-Id"},
 		{Name: wire.StreamIntents, Subjects: []string{wire.IntentSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour), Retention: jetstream.LimitsPolicy,
-			Duplicates: IntentDuplicateWindow},
+			Sources: []*jetstream.StreamSource{{Name: StreamIntentsAnchor}}},
 		{Name: wire.StreamOps, Subjects: []string{wire.OpsSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour),
-			Retention: jetstream.WorkQueuePolicy, MaxMsgsPerSubject: 1},
-		{Name: wire.StreamResults, Subjects: []string{wire.ResultSubjectPrefix + ">"}, MaxAge: age(time.Hour), Retention: jetstream.LimitsPolicy},
+			Retention: jetstream.WorkQueuePolicy, MaxMsgsPerSubject: 1, Duplicates: o.DuplicateWindow},
+		{Name: wire.StreamResults, Subjects: []string{wire.ResultSubjectPrefix + ">"}, MaxAge: age(time.Hour), Retention: jetstream.LimitsPolicy,
+			Duplicates: o.DuplicateWindow},
 		// Alerts are for people, who may look once a day.
-		{Name: wire.StreamAlerts, Subjects: []string{wire.AlertSubjectPrefix + ">"}, MaxAge: age(7 * 24 * time.Hour), Retention: jetstream.LimitsPolicy},
+		{Name: wire.StreamAlerts, Subjects: []string{wire.AlertSubjectPrefix + ">"}, MaxAge: age(7 * 24 * time.Hour), Retention: jetstream.LimitsPolicy,
+			Duplicates: o.DuplicateWindow},
 	} {
 		sc.Storage = storage
 		sc.Replicas = o.Replicas
-		if sc.Duplicates == 0 {
-			sc.Duplicates = o.DuplicateWindow
-		}
 		if err := b.ensureStream(ctx, sc); err != nil {
 			return err
 		}
@@ -193,11 +190,35 @@ func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 	return nil
 }
 
+// StreamIntentsAnchor is an empty stream INTENTS sources from. JetStream
+// dedupes a stream by Nats-Msg-Id across all of it (every tenant) and a
+// stream capturing subjects always has a duplicate window (at least
+// 100 ms), except one that sources from another stream, whose window may
+// be zero: no dedupe at all. So INTENTS sources from this anchor, and a
+// Nats-Msg-Id set by a publisher, of any tenant, can never make JetStream
+// drop another publisher's intent. The ledger dedupes event ids per tenant.
+const StreamIntentsAnchor = "INTENTS_ANCHOR"
+
+// intentsAnchorSubject is the anchor's subject, which nobody is allowed to
+// publish to (deploy/nats/nats.conf grants it to no one).
+const intentsAnchorSubject = "opledger.anchor.intents"
+
+// IntentDuplicateWindow is INTENTS' Nats-Msg-Id dedupe window should a
+// server refuse a stream without one (one that ignores the anchor): the
+// shortest JetStream allows, so that another tenant's publish could drop
+// an intent only within 100 ms.
+const IntentDuplicateWindow = 100 * time.Millisecond
+
+// intentsDedupeOff reports whether INTENTS' configuration dedupes nothing.
+func intentsDedupeOff(c jetstream.StreamConfig) bool {
+	return c.Duplicates == 0 && slices.ContainsFunc(c.Sources, func(s *jetstream.StreamSource) bool { return s.Name == StreamIntentsAnchor })
+}
+
 func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error {
 	st, err := b.js.Stream(ctx, sc.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err = b.js.CreateStream(ctx, sc); err == nil {
-			return nil
+		if st, err = b.js.CreateStream(ctx, sc); err == nil {
+			return b.checkIntents(ctx, st)
 		}
 		// Another process may have created it in between (the server then
 		// answers "already in use" or "subjects overlap"): look again.
@@ -214,17 +235,37 @@ func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error
 		cur.MaxMsgsPerSubject = sc.MaxMsgsPerSubject
 		fixed = append(fixed, "keeps one message per subject")
 	}
-	if sc.Name == wire.StreamIntents && cur.Duplicates > sc.Duplicates {
-		cur.Duplicates = sc.Duplicates
-		fixed = append(fixed, "dedupes by Nats-Msg-Id for "+sc.Duplicates.String()+" only")
+	if sc.Name == wire.StreamIntents && !intentsDedupeOff(cur) {
+		if !slices.ContainsFunc(cur.Sources, func(s *jetstream.StreamSource) bool { return s.Name == StreamIntentsAnchor }) {
+			cur.Sources = append(cur.Sources, &jetstream.StreamSource{Name: StreamIntentsAnchor})
+		}
+		cur.Duplicates = 0
+		fixed = append(fixed, "dedupes nothing by Nats-Msg-Id (sources from "+StreamIntentsAnchor+")")
 	}
 	if len(fixed) == 0 {
 		return nil
 	}
-	if _, err := b.js.UpdateStream(ctx, cur); err != nil {
+	if st, err = b.js.UpdateStream(ctx, cur); err != nil {
 		return fmt.Errorf("bus: stream %s: %s: %w", sc.Name, strings.Join(fixed, ", "), err)
 	}
 	b.log.Warn().Str("stream", sc.Name).Strs("now", fixed).Msg("stream settings corrected")
+	return b.checkIntents(ctx, st)
+}
+
+// checkIntents falls back to the shortest duplicate window should the
+// server have given INTENTS one despite the anchor (a server that does not
+// allow a stream without dedupe).
+func (b *Bus) checkIntents(ctx context.Context, st jetstream.Stream) error {
+	cur := st.CachedInfo().Config
+	if cur.Name != wire.StreamIntents || cur.Duplicates <= IntentDuplicateWindow {
+		return nil
+	}
+	b.log.Warn().Str("stream", cur.Name).Dur("duplicate_window", cur.Duplicates).
+		Msg("the NATS server keeps a Nats-Msg-Id duplicate window on INTENTS; shortening it to 100ms")
+	cur.Duplicates = IntentDuplicateWindow
+	if _, err := b.js.UpdateStream(ctx, cur); err != nil {
+		return fmt.Errorf("bus: stream %s: duplicate window %s: %w", cur.Name, IntentDuplicateWindow, err)
+	}
 	return nil
 }
 
@@ -745,6 +786,25 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) (stop 
 	return stop, nil
 }
 
+// call runs h, turning a panic into an error that redelivers the message
+// (the ledger makes a redelivery safe): a bug in one handler must not crash
+// the process and every message it holds. The panic's value, which may
+// quote a message, an argument or a vendor's answer, is never logged: only
+// its type and the stack, whose frames show no values.
+func (b *Bus) call(ctx context.Context, cfg ConsumerConfig, h Handler, d Delivery) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			b.log.Error().Str("consumer", cfg.Durable).Str("subject", d.Subject).Str("panic_type", fmt.Sprintf("%T", v)).
+				Str("stack", string(debug.Stack())).Msg("handler panicked; the message will be redelivered")
+			err = fmt.Errorf("handler panicked (%T): %w", v, errPanicked)
+		}
+	}()
+	return h(ctx, d)
+}
+
+// errPanicked: a handler panicked (Bus.call).
+var errPanicked = errors.New("see the panic logged with its stack")
+
 // handle runs h on m and settles m; it reports whether h failed with an
 // error that asks for redelivery.
 func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h Handler) (failed bool) {
@@ -771,7 +831,7 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 			}
 		}
 	}()
-	err := h(ctx, d)
+	err := b.call(ctx, cfg, h, d)
 	close(done)
 	var perm permanentError
 	switch {

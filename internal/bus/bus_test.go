@@ -359,3 +359,48 @@ func TestConsumeRecreatesLostStreamAndConsumer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, jetstream.WorkQueuePolicy, st.CachedInfo().Config.Retention, "recreated as it was made")
 }
+
+// INTENTS dedupes nothing by Nats-Msg-Id, so no publisher (of any tenant)
+// can make JetStream drop another's intent by publishing its id first:
+// an attacker's intent with the victim's event id as Nats-Msg-Id, then the
+// victim's with the same header a moment later, are both stored, and so is
+// a plain resend. A stream that an older opledger made with a duplicate
+// window is corrected at start. Breaking it: INTENTS with any duplicate
+// window (the victim's publish acknowledged as a duplicate and never
+// stored, so never answered).
+func TestIntentsIgnorePublishersMsgID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	publish := func(subject string) *jetstream.PubAck {
+		m := nats.NewMsg(subject)
+		m.Data = []byte(subject)
+		m.Header.Set(wire.HeaderMsgID, "conv_42:call_7")
+		ack, err := e.js.PublishMsg(ctx, m)
+		require.NoError(t, err)
+		return ack
+	}
+	first := publish(wire.TenantIntentSubject("attacker", "wf_1"))
+	for _, subject := range []string{wire.TenantIntentSubject("victim", "wf_1"), wire.IntentSubject("wf_1"), wire.TenantIntentSubject("victim", "wf_1")} {
+		ack := publish(subject)
+		require.False(t, ack.Duplicate, "%s dropped as a duplicate of another tenant's publish", subject)
+		require.Greater(t, ack.Sequence, first.Sequence)
+	}
+	st, err := e.js.Stream(ctx, wire.StreamIntents)
+	require.NoError(t, err)
+	require.Zero(t, st.CachedInfo().Config.Duplicates)
+
+	// A stream as an older version made it (100 ms window, no anchor) is
+	// set right by the next process that starts.
+	cfg := st.CachedInfo().Config
+	cfg.Sources, cfg.Duplicates = nil, bus.IntentDuplicateWindow
+	_, err = e.js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	require.NoError(t, e.bus.EnsureStreams(ctx, bus.StreamOptions{Memory: true}))
+	st, err = e.js.Stream(ctx, wire.StreamIntents)
+	require.NoError(t, err)
+	require.Zero(t, st.CachedInfo().Config.Duplicates)
+	require.False(t, publish(wire.TenantIntentSubject("victim", "wf_1")).Duplicate)
+	require.False(t, publish(wire.TenantIntentSubject("victim", "wf_1")).Duplicate)
+}

@@ -163,6 +163,9 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 			Header: map[string][]string{wire.HeaderTraceparent: {tp.Child().String()}},
 		})
 		cancel()
+		// A vendor that echoes a credential or a sensitive argument does
+		// not get it stored, logged or published.
+		res = adapter.Redact(res, tool.CallSecrets(ad, o.Args))
 	}
 	s.m.Attempt(o.Tool, string(o.Class), string(res.Outcome), res.ErrorCategory, res.Latency)
 

@@ -672,9 +672,9 @@ func (r *runner) publish(ctx context.Context, a *action, m message) error {
 			// The client sends no Nats-Msg-Id: only the ledger can drop it.
 			err = r.cl.Publish(ctx, in, "")
 		} else {
-			// An agent of another make that sets Nats-Msg-Id: JetStream
-			// drops a copy inside INTENTS' 100 ms window, the ledger
-			// answers the rest.
+			// An agent of another make that sets Nats-Msg-Id: INTENTS
+			// keeps no duplicate window, so the ledger answers every copy
+			// (dup stays false unless a server keeps one).
 			var data []byte
 			if data, err = json.Marshal(in); err != nil {
 				return err

@@ -94,7 +94,10 @@ func startFleet(ctx context.Context, cfg Config, registry []byte, databaseURL, n
 	if err := os.WriteFile(regPath, registry, 0o600); err != nil {
 		return nil, err
 	}
+	// The fleet's processes are this host's: their /readyz answers the
+	// loopback without a token (as a container's healthcheck).
 	env := []string{"DATABASE_URL=" + databaseURL, "NATS_URL=" + natsURL, "OPLEDGER_LOG=warn", "OPLEDGER_LOG_FORMAT=json",
+		"OPLEDGER_HTTP_OPEN_LOOPBACK=true",
 		"OPLEDGER_REGISTRY=" + regPath}
 	for _, v := range app.VendorNames {
 		env = append(env, app.VendorEnv(v)+"="+vendorURL)

@@ -96,7 +96,9 @@ func (s *Settler) find(ctx context.Context, tx *store.Tx, e *store.Evidence) (*o
 	case registry.MatchExternalObjectID:
 		for _, tool := range e.Tools {
 			var ops []*op.Operation
-			if ops, err = tx.OperationsByExternalObject(ctx, tool, e.MatchValue); err != nil || len(ops) > 0 {
+			// The vendor's object id is the vendor's, unique there: any
+			// tenant's operation may be the one (tenant "").
+			if ops, err = tx.OperationsByExternalObject(ctx, "", tool, e.MatchValue); err != nil || len(ops) > 0 {
 				if len(ops) > 0 {
 					o = ops[0]
 				}

@@ -26,6 +26,7 @@ import (
 	"github.com/opledger/opledger/internal/policy"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/pkg/canon"
 	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/registry"
 	"github.com/opledger/opledger/pkg/wire"
@@ -152,7 +153,7 @@ type Answer struct {
 func (s *Service) Ingest(ctx context.Context, subject string, header map[string]string, body []byte) (*Answer, error) {
 	start := time.Now()
 	tp := telemetry.ParseTraceparent(header[wire.HeaderTraceparent])
-	sub, tenant, tool, reject := s.plan(subject, header, body, tp)
+	sub, tenant, tool, reject, code := s.plan(subject, header, body, tp)
 	ans, err := s.submit(ctx, sub, tenant, tool, reject, tp)
 	if errors.Is(err, op.ErrInvalid) && sub.RejectReason == "" {
 		// The ledger refused something in the intent that validation let
@@ -161,12 +162,22 @@ func (s *Service) Ingest(ctx context.Context, subject string, header map[string]
 		s.log.Warn().Err(err).Str("event_id", sub.EventID).Msg("the ledger refused the intent; rejecting it")
 		sub.Operation, sub.Outbox, sub.Initial = nil, nil, ""
 		sub.RejectReason = "the ledger could not store this intent: " + reason(err)
+		code = wire.ReasonLedgerRefused
 		ans, err = s.submit(ctx, sub, tenant, tool, sub.RejectReason, tp)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ingest %s: %w", wire.Clip(sub.EventID), err)
 	}
 	s.m.Intent(tool, string(ans.Decision), time.Since(start))
+	switch ans.Decision {
+	case op.DecisionRejected:
+		if code == "" {
+			code = wire.ReasonGuard // the ledger's own refusal of a valid intent
+		}
+		s.m.IntentRefused(code)
+	case op.DecisionConflict:
+		s.m.IntentRefused(wire.ReasonConflict)
+	}
 	ev := s.log.Info()
 	if ans.Decision == op.DecisionRejected || ans.Decision == op.DecisionConflict {
 		ev = s.log.Warn().Str("reason", ans.Result.Reason)
@@ -233,10 +244,10 @@ func (s *Service) submit(ctx context.Context, sub store.Submission, tenant, tool
 }
 
 // plan validates an intent and prepares its submission. When the intent is
-// invalid the submission carries the reason and the raw bytes, and reject
-// repeats the reason.
-func (s *Service) plan(subject string, header map[string]string, body []byte, tp telemetry.Traceparent) (sub store.Submission, tenant, tool, reject string) {
-	sub = store.Submission{Source: Source, Payload: body, Actor: "planner-ingest"}
+// invalid the submission carries the reason and the raw bytes, reject
+// repeats the reason and code is its stable name (wire.Reason*).
+func (s *Service) plan(subject string, header map[string]string, body []byte, tp telemetry.Traceparent) (sub store.Submission, tenant, tool, reject, code string) {
+	sub = store.Submission{Source: Source, Payload: body, Actor: "planner-ingest", Redact: s.keep}
 	msgID := header[wire.HeaderMsgID]
 	// Headers are part of the intent: one that is not UTF-8 is refused like
 	// such a body, never read with replacement characters (and is no event
@@ -251,7 +262,7 @@ func (s *Service) plan(subject string, header map[string]string, body []byte, tp
 		sub.Source = SourceFor(tenant)
 		sub.EventID, sub.WorkflowID = in.EventID, in.WorkflowID
 		sub.RejectReason = reason(herr)
-		return sub, tenant, in.Tool, sub.RejectReason
+		return sub, tenant, in.Tool, sub.RejectReason, wire.RefusalReason(herr)
 	}
 	if err != nil {
 		// The subject is the only tenant there is (the body is not
@@ -272,7 +283,7 @@ func (s *Service) plan(subject string, header map[string]string, body []byte, tp
 			sub.EventID = garbagePrefix + hex.EncodeToString(sum[:])
 		}
 		sub.RejectReason = reason(err)
-		return sub, tenant, "", sub.RejectReason
+		return sub, tenant, "", sub.RejectReason, wire.RefusalReason(err)
 	}
 	tenant = in.Tenant
 	sub.Source = SourceFor(tenant)
@@ -280,12 +291,16 @@ func (s *Service) plan(subject string, header map[string]string, body []byte, tp
 	t, err := s.reg.Tool(in.Tool)
 	if err != nil {
 		sub.RejectReason = fmt.Sprintf("tool %q is not registered", wire.Clip(in.Tool))
-		return sub, tenant, tool, sub.RejectReason
+		return sub, tenant, tool, sub.RejectReason, wire.ReasonUnknownTool
 	}
 	p, err := t.Prepare(registry.Proposal{WorkflowID: in.WorkflowID, Tenant: tenant, RunID: in.RunID, Intent: in.Intent, TraceID: tp.TraceID, Args: in.Args})
 	if err != nil {
 		sub.RejectReason = reason(err)
-		return sub, tenant, tool, sub.RejectReason
+		code = wire.ReasonInvalid
+		if errors.Is(err, canon.ErrInvalidArgs) {
+			code = wire.ReasonInvalidArgs
+		}
+		return sub, tenant, tool, sub.RejectReason, code
 	}
 	sub.Operation, sub.Initial = p.Operation, p.Initial
 	if in.Actor != nil {
@@ -317,7 +332,18 @@ func (s *Service) plan(subject string, header map[string]string, body []byte, tp
 			return []store.Message{outbox.Command(wire.KindDispatch, o, in.EventID, tp, 0)}
 		}
 	}
-	return sub, tenant, tool, ""
+	return sub, tenant, tool, "", ""
+}
+
+// keep is what the inbox keeps of a rejected intent: its bytes without the
+// values of its tool's sensitive arguments, or nothing when those cannot be
+// found in them.
+func (s *Service) keep(body []byte) []byte {
+	out, ok := s.reg.RedactIntent(body)
+	if !ok {
+		return nil
+	}
+	return out
 }
 
 // reason is an error's text for a rejection, without the sentinel's suffix,

@@ -3,6 +3,7 @@ package natsauth_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/bus"
 	"github.com/opledger/opledger/pkg/client"
 	"github.com/opledger/opledger/pkg/op"
@@ -249,9 +251,9 @@ func TestAgentSeesOnlyItsTenant(t *testing.T) {
 }
 
 // A service has its own consumer, its inbox and what every service process
-// does (relay commands, results and alerts; make the streams), and nothing
-// of the other services or of the agents. Breaking it: a wider pattern such
-// as $JS.API.CONSUMER.> or _INBOX_SVC.> for a service.
+// does (relay what it writes; make the streams), and nothing of the other
+// services or of the agents. Breaking it: a wider pattern such as
+// $JS.API.CONSUMER.> or _INBOX_SVC.> for a service.
 func TestServiceDenials(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -307,5 +309,55 @@ func TestServiceFixesStreamSettings(t *testing.T) {
 	require.Equal(t, int64(1), st.CachedInfo().Config.MaxMsgsPerSubject)
 	st, err = js.Stream(c, wire.StreamIntents)
 	require.NoError(t, err)
-	require.Equal(t, bus.IntentDuplicateWindow, st.CachedInfo().Config.Duplicates)
+	require.Zero(t, st.CachedInfo().Config.Duplicates, "INTENTS dedupes nothing by Nats-Msg-Id")
+	require.Equal(t, bus.StreamIntentsAnchor, st.CachedInfo().Config.Sources[0].Name)
+}
+
+// Each service may publish exactly the subjects its process writes
+// (app.PublishPrefixes): every kind of command it writes, results and
+// alerts (planner-ingest and the reconciler, which apply webhook evidence)
+// are allowed, and the commands it never writes, alerts for the others and
+// the reserved completed kind are refused. Breaking it: a service user
+// with opledger.ops.> again (a compromised compensator could then forge
+// any command, a dispatcher alerts), or a
+// prefix in app.PublishPrefixes that nats.conf does not grant (its relay's
+// publishes refused; TestPipelineWithServicesAsTheirUsers also fails).
+func TestServicesPublishOnlyWhatTheyWrite(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	s.withStreams(t)
+	kinds := []string{wire.KindDispatch, wire.KindUnknown, wire.KindFailed, wire.KindCompleted}
+	for _, svc := range app.AllServices {
+		c := s.raw(t, svc, app.ServiceInboxPrefix(svc))
+		js, err := jetstream.New(c.nc)
+		require.NoError(t, err)
+		allowed := func(subject string) bool {
+			for _, p := range app.PublishPrefixes[svc] {
+				if strings.HasPrefix(subject, p) {
+					return true
+				}
+			}
+			return false
+		}
+		subjects := []string{wire.ResultSubject("wf_1"), wire.TenantResultSubject("acme", "wf_1"), wire.UnroutableSubject,
+			"opledger.alerts.payments", "opledger.anchor.intents"}
+		for _, k := range kinds {
+			subjects = append(subjects, wire.OpsSubject(k, "capture_payment", "op_"+svc))
+		}
+		for _, subject := range subjects {
+			if allowed(subject) {
+				// A JetStream publish, as a relay makes it: stored.
+				_, err := js.Publish(ctx(t), subject, []byte(`{}`), jetstream.WithMsgID(svc+subject))
+				require.NoError(t, err, "%s publishing %s", svc, subject)
+				continue
+			}
+			c.deniedPublish(t, subject)
+		}
+		require.True(t, allowed(wire.ResultSubject("x")), "%s answers agents", svc)
+	}
+	// What the lists say, in words: who may write which command.
+	require.ElementsMatch(t, []string{"opledger.ops.dispatch.", "opledger.ops.unknown.", "opledger.ops.failed.", "opledger.results.", "opledger.alerts."},
+		app.PublishPrefixes[app.PlannerIngest])
+	require.NotContains(t, app.PublishPrefixes[app.Dispatcher], "opledger.alerts.")
+	require.ElementsMatch(t, []string{"opledger.ops.dispatch.", "opledger.results."}, app.PublishPrefixes[app.Compensator])
 }

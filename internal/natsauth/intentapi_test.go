@@ -48,7 +48,9 @@ func TestIntentAPISubmitsAsTheTenantsAgent(t *testing.T) {
 			vars["OPLEDGER_INTENT_NATS_SECRETS"] = secrets
 		}
 		logs := &syncBuffer{}
-		cfg, err := app.ParseServiceFlags(app.PlannerIngest, []string{"-log", "debug", "-log-format", "json"}, func(k string) (string, bool) {
+		// Open to loopback for the readiness probe below: the only token
+		// here is an agent's, which reads no process metrics.
+		cfg, err := app.ParseServiceFlags(app.PlannerIngest, []string{"-log", "debug", "-log-format", "json", "-http-open-loopback"}, func(k string) (string, bool) {
 			v, ok := vars[k]
 			if !ok && strings.HasPrefix(k, "OPLEDGER_VENDOR_") {
 				return "http://127.0.0.1:9", true // nothing is dispatched here

@@ -61,6 +61,7 @@ func TestServiceBinaryAuthenticatesFromItsEnvironment(t *testing.T) {
 		v, ok := map[string]string{
 			"DATABASE_URL": testdb.New(t), "NATS_URL": ns.URL(),
 			"OPLEDGER_NATS_USER": "reconciler", "OPLEDGER_NATS_PASSWORD_FILE": natsauth.PasswordFile(dir, "reconciler"),
+			"OPLEDGER_HTTP_OPEN_LOOPBACK": "true", // as compose.yaml sets it for the healthcheck
 		}[k]
 		if !ok && strings.HasPrefix(k, "OPLEDGER_VENDOR_") {
 			return "http://127.0.0.1:9", true

@@ -9,6 +9,7 @@ package ops
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -36,11 +37,14 @@ const (
 	RoleOperator Role = "operator"
 	// RoleAdmin does everything.
 	RoleAdmin Role = "admin"
+	// RoleMetrics reads nothing of the ledger: it is for scrapers and
+	// probes, which read /metrics and /readyz (as every role may).
+	RoleMetrics Role = "metrics"
 )
 
 // ValidRole reports whether r is a known role.
 func ValidRole(r Role) bool {
-	return r == RoleViewer || r == RoleApprover || r == RoleOperator || r == RoleAdmin
+	return r == RoleViewer || r == RoleApprover || r == RoleOperator || r == RoleAdmin || r == RoleMetrics
 }
 
 // Actor is who asks.
@@ -77,6 +81,35 @@ func (s *Service) List(ctx context.Context, a Actor, f store.Filter) ([]*op.Oper
 		return nil, err
 	}
 	return s.st.ListOperations(ctx, f)
+}
+
+// Redact returns o as it may be shown: the values of its tool's sensitive
+// arguments replaced by "***" and named in RedactedArgs (a copy; o is left
+// as it is). Arguments of a tool the registry no longer has, or that cannot
+// be read, are not shown at all when any tool has sensitive arguments.
+func (s *Service) Redact(o *op.Operation) *op.Operation {
+	if o == nil || s.reg == nil {
+		return o
+	}
+	t, err := s.reg.Tool(o.Tool)
+	if err != nil {
+		if !s.reg.AnySensitive() {
+			return o
+		}
+		out := *o
+		out.Args, out.RedactedArgs = json.RawMessage(`{}`), []string{"*"}
+		return &out
+	}
+	args, redacted := t.RedactArgs(o.Args)
+	if len(redacted) == 0 && args != nil {
+		return o
+	}
+	out := *o
+	out.Args, out.RedactedArgs = args, redacted
+	if args == nil {
+		out.Args, out.RedactedArgs = json.RawMessage(`{}`), []string{"*"}
+	}
+	return &out
 }
 
 // Detail is an operation with its attempts, history, approval and audit.
@@ -424,6 +457,8 @@ func allowed(a Actor, need Role) error {
 	switch {
 	case a.ID == "" || !ValidRole(a.Role):
 		return fmt.Errorf("an authenticated actor with a role is required: %w", ErrForbidden)
+	case a.Role == RoleMetrics:
+		return fmt.Errorf("%s is %s, for /metrics and /readyz only: %w", a.ID, a.Role, ErrForbidden)
 	case a.Role == RoleAdmin, a.Role == need, need == RoleViewer:
 		return nil
 	}

@@ -64,6 +64,11 @@ type Config struct {
 	// Handoff, when set, brings messages committed in this process
 	// (Handoff.Take): the relay publishes them as they come.
 	Handoff <-chan []store.Message
+	// Subjects, when set, are the subject prefixes this relay publishes:
+	// those its NATS user may (a service's own, app.PublishPrefixes). It
+	// claims only rows on them, and leaves the others to relays that may.
+	// What Handoff brings is this process's own, and always its to publish.
+	Subjects []string
 }
 
 func (c *Config) setDefaults() {
@@ -248,7 +253,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	if !reachable {
 		return 0, nil
 	}
-	claimed, err := r.store.OutboxClaim(ctx, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease)
+	claimed, err := r.store.OutboxClaimSubjects(ctx, r.cfg.ID, r.cfg.Subjects, r.cfg.BatchSize, r.cfg.Lease)
 	if err != nil || len(claimed) == 0 {
 		return 0, err
 	}

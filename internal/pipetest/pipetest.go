@@ -181,8 +181,10 @@ func (e *Env) Ingester() *ingest.Service {
 	return ingest.New(ingest.Config{}, e.Store, e.Bus, e.Registry, nil, e.Log)
 }
 
-// IntentMsg is an intent as it arrives from NATS: its subject, headers (with
-// Nats-Msg-Id = event id, as pkg/client sends it) and body.
+// IntentMsg is an intent as it arrives from NATS: its subject, headers and
+// body. The headers carry Nats-Msg-Id = event id, as a client of another
+// make may send it (pkg/client sends none; the ledger accepts it when it
+// equals event_id, and JetStream ignores it on INTENTS).
 func IntentMsg(t *testing.T, in wire.Intent) (subject string, header map[string]string, body []byte) {
 	t.Helper()
 	if in.Spec == "" {

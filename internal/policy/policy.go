@@ -22,7 +22,7 @@ func Guard(reg *registry.Registry, tool *registry.Tool) func(context.Context, *s
 		return nil
 	}
 	return func(ctx context.Context, tx *store.Tx, o *op.Operation) (string, error) {
-		mine, err := tx.OperationsByEntity(ctx, o.EntityType, o.EntityID)
+		mine, err := tx.OperationsByEntity(ctx, o.Tenant, o.EntityType, o.EntityID)
 		if err != nil {
 			return "", err
 		}
@@ -89,7 +89,7 @@ func totalAtMost(ctx context.Context, tx *store.Tx, g registry.Guard, o *op.Oper
 		}
 		total += n
 	}
-	limitOps, err := tx.OperationsByExternalObject(ctx, g.LimitTool, scopeValue)
+	limitOps, err := tx.OperationsByExternalObject(ctx, o.Tenant, g.LimitTool, scopeValue)
 	if err != nil {
 		return "", err
 	}

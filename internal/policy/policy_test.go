@@ -130,3 +130,52 @@ func TestStateGuards(t *testing.T) {
 	require.Contains(t, why, "only one is allowed")
 	require.Equal(t, 5, e.Vendors.Stats().Refunds)
 }
+
+// Guards look only at the asking tenant's operations, and a refusal names
+// nothing of another tenant: globex refunding acme's charge finds no
+// charge of its own to take a limit from (not acme's 5000), and the
+// default tenant's customer "acme/c1" is not acme's customer c1, whose
+// once-per-charge refund it must not see. Breaking it: guard queries
+// without the tenant (globex's refund accepted against acme's capture), or
+// entity ids that keep a value's '/' (the default tenant refused, with
+// acme's operation id in the reason).
+func TestGuardsSeeOnlyTheirTenant(t *testing.T) {
+	t.Parallel()
+	e := pipetest.Start(t, pipetest.Options{})
+	reg, err := registry.Load([]byte(guarded), registry.Options{Vendors: map[string]string{"payments": e.Vendors.URL()}})
+	require.NoError(t, err)
+	adapters, err := reg.Adapters(&http.Client{})
+	require.NoError(t, err)
+	in := ingest.New(ingest.Config{}, e.Store, e.Bus, reg, nil, e.Log)
+	d := dispatch.New(dispatch.Config{Name: "d"}, e.Store, e.Bus, reg, adapters, nil, e.Log)
+	n := 0
+	send := func(tenant, tool, args string) (op.Decision, string, *op.Operation) {
+		n++
+		_, header, body := pipetest.IntentMsg(t, wire.Intent{EventID: fmt.Sprintf("evt_%d", n), WorkflowID: "wf_1", Tool: tool, Args: json.RawMessage(args)})
+		ans, err := in.Ingest(e.Ctx, wire.TenantIntentSubject(tenant, "wf_1"), header, body)
+		require.NoError(t, err)
+		if ans.Decision != op.DecisionNew {
+			return ans.Decision, ans.Result.Reason, nil
+		}
+		o := e.Operation(t, ans.Result.OperationID)
+		if tool == "charge" {
+			require.NoError(t, d.Handle(e.Ctx, e.LastCommand(t, o, wire.KindDispatch).Delivery(1)))
+			o = e.Operation(t, o.ID)
+			require.Equal(t, op.StateCompletedSuccess, o.State, o.LastError)
+		}
+		return ans.Decision, "", o
+	}
+	_, _, acmeCharge := send("acme", "charge", `{"order_id":"o1","customer_id":"c1","amount_cents":5000,"currency":"USD"}`)
+	dec, why, acmeOnce := send("acme", "give_once", fmt.Sprintf(`{"charge_id":%q,"customer_id":"c1","reason":"late"}`, acmeCharge.ExternalObjectID))
+	require.Equal(t, op.DecisionNew, dec, why)
+
+	dec, why, _ = send("globex", "give_back", fmt.Sprintf(`{"charge_id":%q,"customer_id":"c1","amount_cents":10}`, acmeCharge.ExternalObjectID))
+	require.Equal(t, op.DecisionRejected, dec, "no limit from another tenant's capture")
+	require.Contains(t, why, "no completed charge operation")
+	require.NotContains(t, why, acmeCharge.ID)
+	require.NotContains(t, why, "5000")
+
+	dec, why, _ = send(wire.DefaultTenant, "give_once", fmt.Sprintf(`{"charge_id":%q,"customer_id":"acme/c1","reason":"late"}`, acmeCharge.ExternalObjectID))
+	require.Equal(t, op.DecisionNew, dec, "the default tenant's customer acme/c1 is not acme's c1: %s", why)
+	require.NotContains(t, why, acmeOnce.ID)
+}

@@ -191,7 +191,12 @@ func (p *Proc) WaitReady(d time.Duration) {
 	client := &http.Client{Timeout: 5 * time.Second}
 	last := ""
 	for time.Now().Before(deadline) {
-		resp, err := client.Get(url + "/readyz")
+		req, err := http.NewRequest(http.MethodGet, url+"/readyz", nil)
+		if err != nil {
+			t.Fatalf("proctest: %v", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+p.sys.probeToken)
+		resp, err := client.Do(req)
 		if err == nil {
 			var body bytes.Buffer
 			_, _ = body.ReadFrom(resp.Body)

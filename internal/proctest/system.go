@@ -48,7 +48,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/opledger/opledger/internal/api"
 	"github.com/opledger/opledger/internal/app"
+	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/regedit"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/testdb"
@@ -112,13 +114,18 @@ type System struct {
 	nc *nats.Conn // raw publishes (without Nats-Msg-Id) and stream reads
 	js jetstream.JetStream
 
-	registry  string
-	svcDB     map[string]string     // DATABASE_URL per instance
-	svcLogin  map[string]string     // the login user's connection string per service
-	pgLinks   map[string]*forwarder // per instance
-	svcNATS   map[string]string     // NATS_URL per instance
-	vendorURL string                // the vendors' base URL as the services get it
-	px        *proxies
+	registry string
+	// probeToken reads every process's /readyz (role metrics, in the
+	// tokens file OPLEDGER_API_TOKENS names).
+	probeToken string
+	tokensFile string
+	svcDB      map[string]string     // DATABASE_URL per instance
+	svcLogin   map[string]string     // the login user's connection string per service
+	apiLogin   string                // the operators' API's login (planner-ingest)
+	pgLinks    map[string]*forwarder // per instance
+	svcNATS    map[string]string     // NATS_URL per instance
+	vendorURL  string                // the vendors' base URL as the services get it
+	px         *proxies
 
 	procs map[string]*Proc
 	order []string
@@ -154,6 +161,10 @@ func Start(t testing.TB, opts Options) *System {
 		t.Fatalf("proctest: %v", err)
 	}
 	if s.registry, err = writeRegistry(t.TempDir(), filepath.Join(root, "examples", "registry.yaml")); err != nil {
+		t.Fatalf("proctest: %v", err)
+	}
+
+	if s.probeToken, s.tokensFile, err = writeProbeToken(t.TempDir()); err != nil {
 		t.Fatalf("proctest: %v", err)
 	}
 
@@ -237,6 +248,10 @@ func (s *System) add(service, instance string) {
 		login = testdb.User(s.t, s.DBURL, app.ProcessDBRoles(service)...)
 		s.svcLogin[service] = login
 	}
+	if service == PlannerIngest && s.apiLogin == "" {
+		// The operators' API it serves logs in as a user of its own.
+		s.apiLogin = testdb.User(s.t, s.DBURL, app.LoginDBRoles(app.PartAPI)...)
+	}
 	s.svcNATS[instance], s.svcDB[instance] = s.NATS.URL(), login
 	if s.px == nil {
 		return
@@ -275,6 +290,20 @@ func (s *System) Proc(instance string) *Proc {
 	return p
 }
 
+// writeProbeToken makes a token of role metrics and the tokens file that
+// holds its hash, in dir: the processes' /readyz needs a credential.
+func writeProbeToken(dir string) (token, file string, err error) {
+	token, entry, err := api.GenerateToken("proctest-probe", ops.RoleMetrics)
+	if err != nil {
+		return "", "", err
+	}
+	file = filepath.Join(dir, "tokens.yaml")
+	if err := os.WriteFile(file, []byte(entry.Line()+"\n"), 0o600); err != nil {
+		return "", "", fmt.Errorf("tokens file: %w", err)
+	}
+	return token, file, nil
+}
+
 // baseEnv is the environment of every run of a process: the test's own,
 // less anything opledger reads, plus the system's links.
 func (s *System) baseEnv(service, instance string) []string {
@@ -294,7 +323,11 @@ func (s *System) baseEnv(service, instance string) []string {
 		"OPLEDGER_LOG="+s.opts.LogLevel,
 		"OPLEDGER_LOG_FORMAT=json",
 		"OPLEDGER_HTTP_ADDR=127.0.0.1:0",
+		"OPLEDGER_API_TOKENS="+s.tokensFile,
 	)
+	if service == PlannerIngest {
+		env = append(env, "OPLEDGER_API_DATABASE_URL="+s.apiLogin)
+	}
 	for _, v := range []string{"PAYMENTS", "EMAIL", "TICKETS", "CRM", "ACCOUNTS"} {
 		env = append(env, "OPLEDGER_VENDOR_"+v+"_URL="+s.vendorURL)
 	}

@@ -264,9 +264,21 @@ func (s *Service) verdict(ctx context.Context, tool *registry.Tool, o *op.Operat
 	lctx, cancel := context.WithTimeout(ctx, tool.Timeout)
 	lr, err := looker.Lookup(lctx, adapter.Request{OperationID: o.ID, Tool: o.Tool, IdempotencyKey: o.IdempotencyKey, Args: o.Args})
 	cancel()
+	secrets := tool.CallSecrets(s.adapters[o.Tool], o.Args)
 	if err == nil && lr.Found && !adapter.ValidVendorID(lr.ExternalObjectID) {
 		err = &httpadapter.LookupError{HTTPStatus: lr.HTTPStatus, Category: adapter.CategoryMalformedResponse,
 			Reason: "the vendor's record has an identifier that is too long, not UTF-8 or holds control characters"}
+	}
+	if err == nil && lr.Found && adapter.HoldsSecret(lr.ExternalObjectID, secrets) {
+		// The adapter checks its own credentials; the call's sensitive
+		// arguments only the worker knows.
+		lr = adapter.LookupResult{HTTPStatus: lr.HTTPStatus}
+		err = &httpadapter.LookupError{HTTPStatus: lr.HTTPStatus, Category: adapter.CategoryCredentialEcho,
+			Reason: "the vendor's record has an identifier that holds a secret of the call; it is not kept"}
+	}
+	if err != nil {
+		// Errors quote what the vendor said: never a secret of the call.
+		err = scrubbedError{err: err, text: adapter.RedactText(err.Error(), secrets)}
 	}
 	switch {
 	case err != nil:
@@ -367,3 +379,12 @@ func (s *Service) write(ctx context.Context, tool *registry.Tool, o *op.Operatio
 		Str("external_object_id", v.extID).Dur("reconciliation_lag_ms", cur.UpdatedAt.Sub(o.UpdatedAt)).Msg("reconciled")
 	return nil
 }
+
+// scrubbedError is a lookup error whose text has the call's secrets masked.
+type scrubbedError struct {
+	err  error
+	text string
+}
+
+func (e scrubbedError) Error() string { return e.text }
+func (e scrubbedError) Unwrap() error { return e.err }

@@ -49,19 +49,22 @@ func (r reads) ListOperations(ctx context.Context, f Filter) ([]*op.Operation, e
 	return toOperations(rows), nil
 }
 
-// OperationsByEntity returns the operations on one entity, oldest first.
-func (r reads) OperationsByEntity(ctx context.Context, entityType, entityID string) ([]*op.Operation, error) {
-	rows, err := r.q.OperationListByEntity(ctx, dbsqlc.OperationListByEntityParams{EntityType: entityType, EntityID: entityID})
+// OperationsByEntity returns a tenant's operations on one entity, oldest
+// first.
+func (r reads) OperationsByEntity(ctx context.Context, tenant, entityType, entityID string) ([]*op.Operation, error) {
+	rows, err := r.q.OperationListByEntity(ctx, dbsqlc.OperationListByEntityParams{EntityType: entityType, EntityID: entityID, Tenant: tenant})
 	if err != nil {
 		return nil, fmt.Errorf("operations of %s %s: %w", entityType, entityID, translate(err))
 	}
 	return toOperations(rows), nil
 }
 
-// OperationsByExternalObject returns the operations of tool that made or
-// touched the vendor object id, oldest first.
-func (r reads) OperationsByExternalObject(ctx context.Context, tool, objectID string) ([]*op.Operation, error) {
-	rows, err := r.q.OperationListByExternalObject(ctx, dbsqlc.OperationListByExternalObjectParams{Tool: tool, ExternalObjectID: objectID})
+// OperationsByExternalObject returns a tenant's operations of tool that
+// made or touched the vendor object id, oldest first; tenant "" returns
+// every tenant's (a vendor's webhook speaks of its own object, whoever's
+// it is). Guards pass their operation's tenant.
+func (r reads) OperationsByExternalObject(ctx context.Context, tenant, tool, objectID string) ([]*op.Operation, error) {
+	rows, err := r.q.OperationListByExternalObject(ctx, dbsqlc.OperationListByExternalObjectParams{Tool: tool, ExternalObjectID: objectID, Tenant: tenant})
 	if err != nil {
 		return nil, fmt.Errorf("operations of %s on %s: %w", tool, objectID, translate(err))
 	}

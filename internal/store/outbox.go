@@ -100,8 +100,15 @@ func (r *outboxRows) add(msgs []Message) error {
 // another relay holds are skipped (SKIP LOCKED), never waited for; a relay
 // that dies only delays its rows until the lease ends.
 func (s *Store) OutboxClaim(ctx context.Context, relay string, max int, lease time.Duration) ([]Claimed, error) {
+	return s.OutboxClaimSubjects(ctx, relay, nil, max, lease)
+}
+
+// OutboxClaimSubjects is OutboxClaim for a relay that may publish only on
+// subjects starting with one of prefixes (none: every subject), as its NATS
+// user may: rows of other subjects are left to relays that may.
+func (s *Store) OutboxClaimSubjects(ctx context.Context, relay string, prefixes []string, max int, lease time.Duration) ([]Claimed, error) {
 	rows, err := s.q.OutboxClaimBatch(ctx, dbsqlc.OutboxClaimBatchParams{
-		ClaimedBy: relay, LeaseSeconds: lease.Seconds(), MaxRows: int32(max), Now: s.now(),
+		ClaimedBy: relay, LeaseSeconds: lease.Seconds(), MaxRows: int32(max), Now: s.now(), SubjectPrefixes: nonNil(prefixes),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox claim: %w", translate(err))

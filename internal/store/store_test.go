@@ -382,3 +382,37 @@ func TestLookups(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
 }
+
+// A relay limited to subject prefixes (its NATS user's) claims only the rows
+// it may publish, even when others are due before them, and leaves the
+// rest to relays that may. Breaking it: a filter applied after LIMIT (the
+// limited relay claims nothing while the first rows are not its own), or
+// none (a planner-ingest relay claiming an unknown command its user may
+// not publish).
+func TestOutboxClaimBySubject(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := store.Open(ctx, testdb.New(t), store.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	subjects := []string{"opledger.ops.unknown.t.op_1", "opledger.ops.unknown.t.op_2", "opledger.ops.dispatch.t.op_3",
+		"opledger.results.wf_1", "opledger.ops.failed.t.op_4", "opledger.ops.dispatch_x.t.op_5"}
+	require.NoError(t, st.InTx(ctx, func(tx *store.Tx) error {
+		for i, s := range subjects {
+			if err := tx.Enqueue(ctx, store.Message{Subject: s, MsgID: fmt.Sprintf("m%d", i), Payload: []byte("p")}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	got, err := st.OutboxClaimSubjects(ctx, "compensator", []string{"opledger.ops.dispatch.", "opledger.results."}, 2, time.Minute)
+	require.NoError(t, err)
+	var claimed []string
+	for _, c := range got {
+		claimed = append(claimed, c.Message.Subject)
+	}
+	require.Equal(t, []string{"opledger.ops.dispatch.t.op_3", "opledger.results.wf_1"}, claimed)
+	rest, err := st.OutboxClaim(ctx, "any", 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, rest, 4, "the other rows wait for a relay that may publish them")
+}

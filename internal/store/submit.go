@@ -25,7 +25,11 @@ type Submission struct {
 	// Payload is the raw message. The inbox keeps its SHA-256 (a reused
 	// event id with other bytes is a conflict) and, for a rejected event
 	// only, its first MaxRejectedPayload bytes, for a person to read.
-	Payload    []byte
+	Payload []byte
+	// Redact, when set, turns a rejected payload into what the inbox keeps
+	// of it (the bytes without the values of sensitive arguments; nil keeps
+	// nothing). The hash is always of Payload.
+	Redact     func(payload []byte) []byte
 	WorkflowID string
 	// RejectReason, when set, records the event as rejected (malformed,
 	// unknown tool, invalid args, policy) and creates nothing.
@@ -132,7 +136,11 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 	}
 	var kept []byte
 	if decision == op.DecisionRejected {
-		kept = s.Payload[:min(len(s.Payload), MaxRejectedPayload)]
+		kept = s.Payload
+		if s.Redact != nil {
+			kept = s.Redact(kept)
+		}
+		kept = kept[:min(len(kept), MaxRejectedPayload)]
 	}
 	_, err := t.q.InboxInsert(ctx, dbsqlc.InboxInsertParams{
 		Source: s.Source, EventID: s.EventID, Payload: nonNil(kept), PayloadHash: payloadHash,

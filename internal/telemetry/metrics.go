@@ -21,6 +21,7 @@ type Metrics struct {
 	capped      *prometheus.CounterVec
 	parked      prometheus.Gauge
 	leader      prometheus.Gauge
+	refused     *prometheus.CounterVec
 
 	webhookDeliveries *prometheus.CounterVec
 	webhookRejected   *prometheus.CounterVec
@@ -68,6 +69,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "opledger_maintenance_leader", Help: "1 while this process leads maintenance (sweeper, re-drive, retention).",
 	})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "opledger_intents_refused_total", Help: "Intents refused (answered rejected or conflict), by stable reason (wire.Reason*: too_large, invalid_utf8, not_json, duplicate_field, unknown_field, unknown_tool, invalid_args, refused_by_guard, conflict, …).",
+	}, []string{"reason"})
 	m.webhookDeliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "opledger_webhook_deliveries_total", Help: "Signed webhook deliveries accepted, by provider and result (evidence, unmapped: an event type the registry does not map, duplicate: a redelivery that changed nothing).",
 	}, []string{"provider", "result"})
@@ -81,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "opledger_webhook_settlements_total", Help: "Operations settled by a webhook rather than by their attempt or a lookup, by provider, tool and the state they reached.",
 	}, []string{"provider", "tool", "to"})
 	reg.MustRegister(m.intents, m.intentLat, m.attempts, m.dispatchLat, m.transitions, m.redelivered, m.reconciled, m.redriven,
-		m.maintained, m.capped, m.parked, m.leader, m.webhookDeliveries, m.webhookRejected, m.webhookEvidence, m.webhookSettled)
+		m.maintained, m.capped, m.parked, m.leader, m.webhookDeliveries, m.webhookRejected, m.webhookEvidence, m.webhookSettled, m.refused)
 	return m
 }
 
@@ -92,6 +96,14 @@ func (m *Metrics) Intent(tool, decision string, d time.Duration) {
 	}
 	m.intents.WithLabelValues(tool, decision).Inc()
 	m.intentLat.WithLabelValues(decision).Observe(d.Seconds())
+}
+
+// IntentRefused counts an intent refused for reason (a wire.Reason*).
+func (m *Metrics) IntentRefused(reason string) {
+	if m == nil {
+		return
+	}
+	m.refused.WithLabelValues(reason).Inc()
 }
 
 // Attempt counts a finished dispatch attempt.

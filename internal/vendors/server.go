@@ -40,6 +40,9 @@
 //	DELETE /_admin/faults            ClearFaults
 //	POST /_admin/reset               Reset
 //
+// The /_admin/ routes answer only requests from a loopback address (403
+// otherwise), wherever the server listens: they are for development.
+//
 // Request bodies are never logged.
 package vendors
 
@@ -187,6 +190,10 @@ func Start(opts Options) (*Server, error) {
 
 // URL is the base URL, e.g. http://127.0.0.1:41234.
 func (s *Server) URL() string { return s.url }
+
+// Handler is the server's handler, for requests made in-process (tests
+// that choose the remote address).
+func (s *Server) Handler() http.Handler { return s.http.Handler }
 
 // Close stops the server at once, like a vendor going down: the listener and
 // every connection are closed and stalled requests released. Effects already
@@ -408,7 +415,26 @@ func (s *Server) routes() http.Handler {
 		s.Reset()
 		w.WriteHeader(http.StatusNoContent)
 	})
-	return mux
+	return adminFromLoopback(mux)
+}
+
+// adminFromLoopback answers /_admin/ only to requests from a loopback
+// address: the stand-ins are for development, and their admin routes
+// (faults, reset, counts) would let anyone who reaches a shared stand-in
+// steer what the ledger sees. Whatever address the server listens on (the
+// compose service listens on every interface for the other containers),
+// /_admin/ stays this host's. The vendor routes are not affected.
+func adminFromLoopback(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/_admin/") {
+			host, _, err := net.SplitHostPort(r.RemoteAddr)
+			if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+				writeResult(w, jsonResult(http.StatusForbidden, map[string]string{"error": "admin_loopback_only"}))
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // maxBody bounds request bodies; larger ones get 413 and no effect.

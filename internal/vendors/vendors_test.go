@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -493,4 +494,34 @@ func TestStartOptions(t *testing.T) {
 	start := time.Now()
 	b.do("GET", "/v1/accounts/a", "")
 	require.GreaterOrEqual(t, time.Since(start), 30*time.Millisecond)
+}
+
+// The stand-ins' /_admin routes answer only requests from this host's
+// loopback (they steer faults and counts), while the vendor routes answer
+// anyone. Breaking it: a stand-in on a shared network whose faults anyone
+// can inject.
+func TestAdminOnlyFromLoopback(t *testing.T) {
+	t.Parallel()
+	s, err := vendors.Start(vendors.Options{})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	h := s.Handler()
+	for _, tc := range []struct {
+		remote, method, path string
+		want                 int
+	}{
+		{"10.0.0.7:4000", "POST", "/_admin/faults", http.StatusForbidden},
+		{"10.0.0.7:4000", "GET", "/_admin/stats", http.StatusForbidden},
+		{"10.0.0.7:4000", "POST", "/_admin/reset", http.StatusForbidden},
+		{"127.0.0.1:4000", "GET", "/_admin/stats", http.StatusOK},
+		{"[::1]:4000", "GET", "/_admin/stats", http.StatusOK},
+		{"10.0.0.7:4000", "GET", "/v1/accounts/acct_1", http.StatusOK},
+	} {
+		req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(`{"route":"capture","fault":"rate_limit"}`))
+		req.RemoteAddr = tc.remote
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		require.Equal(t, tc.want, rec.Code, "%s %s from %s: %s", tc.method, tc.path, tc.remote, rec.Body.String())
+	}
+	require.Zero(t, s.Stats().FaultsFired)
 }

@@ -126,3 +126,10 @@ func Redact(res Result, secrets []string) Result {
 	res.Error = RedactText(res.Error, secrets)
 	return res
 }
+
+// Secrets is implemented by adapters that send credentials: the values a
+// vendor's answer must never be kept with (Redact). A worker adds the
+// call's sensitive arguments to them (registry.Tool.CallSecrets).
+type Secrets interface {
+	Secrets() []string
+}

@@ -120,7 +120,7 @@ func (t *Template) Fields() []string { return append([]string(nil), t.fields...)
 
 // Render returns the idempotency key for a: the template with each
 // placeholder replaced by its canonical scalar (see Args.Field), with
-// ':', '{', '}', '%', white space, control and format characters
+// ':', '{', '}', '%', '/', white space, control and format characters
 // percent-encoded, followed by ":v<version>". A key longer than MaxKeyLen
 // bytes keeps its longest prefix that fits, cut on a rune boundary, followed
 // by "~" and the hex SHA-256 of the whole key, so it is at most MaxKeyLen
@@ -155,6 +155,17 @@ func (t *Template) Expand(a *Args) (string, error) {
 		return "", err
 	}
 	return capKey(s), nil
+}
+
+// Literal returns the template's literal text, its placeholders left out.
+func (t *Template) Literal() string {
+	var b strings.Builder
+	for _, p := range t.parts {
+		if !p.field {
+			b.WriteString(p.text)
+		}
+	}
+	return b.String()
 }
 
 // Uses reports whether the template has the placeholder field.
@@ -218,9 +229,13 @@ func escapeKeyValue(b *strings.Builder, s string) {
 	}
 }
 
+// mustEscape reports whether a value's rune is percent-encoded in a key.
+// '/' is among them because it separates a tenant from its key
+// (<tenant>/<key>, wire.TenantScope): were a value's '/' kept, the default
+// tenant's key for customer "acme/c1" would be tenant acme's key for "c1".
 func mustEscape(r rune) bool {
 	switch r {
-	case ':', '{', '}', '%':
+	case ':', '{', '}', '%', '/':
 		return true
 	}
 	return unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r)

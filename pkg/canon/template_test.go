@@ -149,7 +149,8 @@ func TestRenderEscapesValues(t *testing.T) {
 		`{"a":"two words","b":"tab\there"}`:      "k:two%20words:tab%09here:v1",
 		`{"a":"nbsp\u00a0x","b":"zw\u200bj"}`:    "k:nbsp%C2%A0x:zw%E2%80%8Bj:v1",
 		`{"a":"nul\u0000","b":"del\u007f"}`:      "k:nul%00:del%7F:v1",
-		`{"a":"é/ü~.-_","b":"%3A"}`:              "k:é/ü~.-_:%253A:v1",
+		`{"a":"é/ü~.-_","b":"%3A"}`:              "k:é%2Fü~.-_:%253A:v1",
+		`{"a":"acme/c1","b":"/"}`:                "k:acme%2Fc1:%2F:v1",
 		`{"a":"","b":""}`:                        "k:::v1",
 		`{"a":-12345678901234567890123,"b":1.5}`: "k:-12345678901234567890123:1.5:v1",
 	} {

@@ -207,10 +207,11 @@ func cause(user context.Context) error {
 // intent: opledger answers a malformed one with a rejection (Submit checks
 // first). traceparent may be empty.
 //
-// The intent carries no Nats-Msg-Id: JetStream's dedupe is stream-wide, so
-// with it anyone publishing the same id a moment earlier, in any tenant,
-// could make JetStream drop this intent. Publishing the same event id twice
-// is safe: the ledger's inbox answers the second duplicate_event.
+// The intent carries no Nats-Msg-Id: the ledger dedupes event ids per
+// tenant, and opledger's INTENTS stream keeps no duplicate window (a
+// stream-wide dedupe would let anyone publishing the same id a moment
+// earlier, in any tenant, drop this intent). Publishing the same event id
+// twice is safe: the ledger's inbox answers the second duplicate_event.
 func (c *Client) Publish(ctx context.Context, in wire.Intent, traceparent string) error {
 	if in.Spec == "" {
 		in.Spec = wire.SpecIntent

@@ -20,8 +20,8 @@ import (
 // knows: it answers those with a rejection.
 var ErrInvalidIntent = errors.New("invalid intent")
 
-// Submit checks the intent, publishes it with Nats-Msg-Id = event_id (filling
-// an empty Spec) and returns the ledger's answer to its event id: the
+// Submit checks the intent, publishes it (filling an empty Spec; without
+// Nats-Msg-Id, see Publish) and returns the ledger's answer to its event id: the
 // decision (new, duplicate_event, duplicate_operation, conflict, rejected),
 // the operation and its status at the time of the answer.
 //

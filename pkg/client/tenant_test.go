@@ -32,14 +32,15 @@ func (b *bundle) tenantClient(t *testing.T, tenant string) *client.Client {
 // its own operation, its own vendor effect under its own key, and answers
 // that name only its own operations.
 //
-// The attacker even sets Nats-Msg-Id to the victim's event id: the client
-// sends no such header, so JetStream's stream-wide dedupe cannot drop the
-// victim's intent.
+// The attacker even sets Nats-Msg-Id to the victim's event id, and a
+// victim of another make sets it too: INTENTS keeps no duplicate window, so
+// JetStream's stream-wide dedupe cannot drop the victim's intent.
 //
-// Breaking it: a client that sends Nats-Msg-Id has its intent dropped (no
-// answer ever comes); event ids or keys not scoped by tenant
-// answer the victim duplicate_event/duplicate_operation/conflict with the
-// attacker's operation id.
+// Breaking it: INTENTS with a duplicate window (the victim that sends
+// Nats-Msg-Id has its intent dropped: no answer ever comes); event ids or
+// keys not scoped by tenant answer the victim
+// duplicate_event/duplicate_operation/conflict with the attacker's
+// operation id.
 func TestTenantsCannotBlockOrSeeEachOther(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -107,6 +108,26 @@ func TestTenantsCannotBlockOrSeeEachOther(t *testing.T) {
 		require.Equal(t, "victim", r.Tenant)
 	}
 	require.NotZero(t, n)
+
+	// A victim whose client sets Nats-Msg-Id, right after the attacker
+	// published that id: still stored, and answered in its own tenant.
+	vwatch, err := victim.Watch(b.ctx, victim.ResultSubject("wf_hdr"))
+	require.NoError(t, err)
+	for _, tn := range []string{"attacker", "victim"} {
+		in := capture("wf_hdr", "conv_42:call_9", "order_9", 4900)
+		in.Spec = wire.SpecIntent
+		body, err := json.Marshal(in)
+		require.NoError(t, err)
+		m := nats.NewMsg(wire.TenantIntentSubject(tn, "wf_hdr"))
+		m.Data = body
+		m.Header.Set(wire.HeaderMsgID, "conv_42:call_9")
+		ack, err := b.js.PublishMsg(b.ctx, m)
+		require.NoError(t, err)
+		require.False(t, ack.Duplicate, "%s's intent dropped by JetStream", tn)
+	}
+	got := collect(t, b.ctx, vwatch, func(r client.Result) bool { return r.EventID == "conv_42:call_9" })
+	require.Equal(t, op.DecisionNew, got[len(got)-1].Decision())
+	require.Equal(t, "victim", got[len(got)-1].Tenant)
 }
 
 // A refused intent is answered on its tenant's subject; an intent on a

@@ -11,16 +11,20 @@ type Operation struct {
 	ID string `json:"operation_id"`
 	// Tenant is the namespace the operation belongs to ("default" unless
 	// the intent came in on a tenant's subject).
-	Tenant         string          `json:"tenant,omitempty"`
-	WorkflowID     string          `json:"workflow_id"`
-	RunID          string          `json:"run_id,omitempty"`
-	Tool           string          `json:"tool"`
-	ToolVersion    int             `json:"tool_version"`
-	Intent         string          `json:"intent,omitempty"`
-	EntityType     string          `json:"entity_type,omitempty"`
-	EntityID       string          `json:"entity_id,omitempty"`
-	Args           json.RawMessage `json:"arguments_canonical"`
-	ArgsHash       string          `json:"args_hash"` // hex SHA-256 of Args
+	Tenant      string          `json:"tenant,omitempty"`
+	WorkflowID  string          `json:"workflow_id"`
+	RunID       string          `json:"run_id,omitempty"`
+	Tool        string          `json:"tool"`
+	ToolVersion int             `json:"tool_version"`
+	Intent      string          `json:"intent,omitempty"`
+	EntityType  string          `json:"entity_type,omitempty"`
+	EntityID    string          `json:"entity_id,omitempty"`
+	Args        json.RawMessage `json:"arguments_canonical"`
+	ArgsHash    string          `json:"args_hash"` // hex SHA-256 of Args
+	// RedactedArgs, on an operation shown to people, names the sensitive
+	// arguments whose values Args shows as "***" (its hash is of the
+	// arguments as they are). Never stored.
+	RedactedArgs   []string        `json:"arguments_redacted,omitempty"`
 	Class          SideEffectClass `json:"side_effect_class"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	State          State           `json:"status"`

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,6 +39,7 @@ type fileTool struct {
 	Timeout         string              `yaml:"timeout"`
 	ApplyBound      string              `yaml:"apply_bound"`
 	Normalize       map[string][]string `yaml:"normalize"`
+	Sensitive       []string            `yaml:"sensitive"`
 	Retry           *fileRetry          `yaml:"retry"`
 	Lease           *fileLease          `yaml:"lease"`
 	Approval        *fileApproval       `yaml:"approval"`
@@ -246,6 +248,7 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 	} else {
 		t.key = tmpl
 		p.checkFields("key_template", tmpl, ft.ArgsSchema)
+		p.checkNoSlash("key_template", tmpl)
 		if tmpl.Uses(canon.EntityVersionField) && (ft.Entity == nil || ft.Entity.ID == "") {
 			p.add("key_template", "placeholder {%s} needs entity.type and entity.id: it counts changes of that entity", canon.EntityVersionField)
 		}
@@ -263,6 +266,7 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 		} else {
 			t.entityID = tmpl
 			p.checkFields("entity.id", tmpl, ft.ArgsSchema)
+			p.checkNoSlash("entity.id", tmpl)
 		}
 	}
 
@@ -382,6 +386,7 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 		} else {
 			t.Dedupe.key = tmpl
 			p.checkFields("dedupe.key_template", tmpl, ft.ArgsSchema)
+			p.checkNoSlash("dedupe.key_template", tmpl)
 		}
 	}
 
@@ -415,6 +420,7 @@ func (ft *fileTool) compile(name string, opts Options) (*Tool, []Problem) {
 	p.applyBound(t, ft)
 	p.guards(t, ft)
 	p.reconcile(t, ft)
+	p.sensitive(t, ft)
 	return t, p.list
 }
 
@@ -893,6 +899,66 @@ func (p *problems) applyBound(t *Tool, ft *fileTool) {
 // checkFields reports template placeholders that are not arguments
 // ({_args_hash} is computed, not an argument; {entity_version} is filled in
 // when the intent is accepted, and only in a key template).
+// sensitive checks the tool's sensitive arguments: each names a property of
+// args_schema, once, and none is where opledger prints or sends values in
+// the clear: in the key, entity or dedupe template (keys are shown
+// everywhere), normalized as an identity field, in the vendor URL (errors
+// quote URLs), or a guard's field or scope (refusals quote them).
+func (p *problems) sensitive(t *Tool, ft *fileTool) {
+	seen := map[string]bool{}
+	for i, f := range ft.Sensitive {
+		field := fmt.Sprintf("sensitive[%d]", i)
+		switch {
+		case f == "" || !schemaHasField(ft.ArgsSchema, f, ""):
+			p.add(field, "%q is not a property of args_schema", f)
+			continue
+		case seen[f]:
+			p.add(field, "%s is listed twice", f)
+			continue
+		}
+		seen[f] = true
+		under := func(g string) bool { return g == f || strings.HasPrefix(g, f+".") || strings.HasPrefix(f, g+".") }
+		for name, tmpl := range map[string]*canon.Template{"key_template": t.key, "entity.id": t.entityID, "dedupe.key_template": t.Dedupe.key} {
+			if tmpl != nil && slices.ContainsFunc(tmpl.Fields(), under) {
+				p.add(field, "%s is in %s: keys and entity ids are shown in results, logs and the API; identify the call by other arguments (its hash still covers %s)", f, name, f)
+			}
+		}
+		for n := range ft.Normalize {
+			if under(n) {
+				p.add(field, "%s is normalized as an identity field (normalize.%s): identity fields are not sensitive", f, n)
+			}
+		}
+		if fa := ft.Adapter; fa != nil {
+			paths := map[string]string{"adapter.path": fa.Path}
+			if fa.Lookup != nil {
+				paths["adapter.lookup.path"] = fa.Lookup.Path
+			}
+			for name, path := range paths {
+				if strings.Contains(path, "{"+f+"}") || strings.Contains(path, "{"+f+".") {
+					p.add(field, "%s is in %s: a URL is quoted in errors and vendor logs; send it in the body", f, name)
+				}
+			}
+		}
+		for j, g := range ft.Guards {
+			if under(g.Field) || under(g.Scope) {
+				p.add(field, "%s is guards[%d]'s field or scope, which refusals quote", f, j)
+			}
+		}
+	}
+	t.Sensitive = slices.Clone(ft.Sensitive)
+}
+
+// checkNoSlash refuses '/' in an identity template's literal text: '/'
+// separates a tenant from its keys (<tenant>/<key>), and values never
+// render one (canon escapes it), so a key of the default tenant can never
+// equal a named tenant's. "acme/{order_id}" would render, for the default
+// tenant, tenant acme's key of a tool keyed "{order_id}".
+func (p *problems) checkNoSlash(field string, tmpl *canon.Template) {
+	if strings.Contains(tmpl.Literal(), "/") {
+		p.add(field, "'/' is reserved: it separates a tenant from its keys (<tenant>/<key>); use ':' between parts")
+	}
+}
+
 func (p *problems) checkFields(field string, tmpl *canon.Template, schema map[string]any) {
 	for _, f := range tmpl.Fields() {
 		if f == canon.EntityVersionField && field == "key_template" && !schemaHasField(schema, f, "") {

@@ -52,7 +52,7 @@ func (t *Tool) Prepare(p Proposal) (*Prepared, error) {
 	}
 	args, err := t.schema.CanonicalizeIdentity(p.Args, t.identity)
 	if err != nil {
-		return nil, fmt.Errorf("tool %s: %w", t.Name, err)
+		return nil, fmt.Errorf("tool %s: %w", t.Name, t.quietSensitive(err))
 	}
 	var key string
 	var ev *EntityVersioning

@@ -80,7 +80,7 @@ func TestUnknownFields(t *testing.T) {
 		}},
 		"nothing close": {tool + "    colour: blue\n", []string{
 			"line 8: tool read_thing: unknown field colour; the fields here are adapter, apply_bound, approval, args_schema, compensation, " +
-				"dedupe, description, entity, guards, intent, key_template, lease, normalize, reconcile, retry, side_effect_class, timeout, version",
+				"dedupe, description, entity, guards, intent, key_template, lease, normalize, reconcile, retry, sensitive, side_effect_class, timeout, version",
 		}},
 	} {
 		require.Equal(t, tc.want, problems(t, tc.doc, registry.Options{}), name)

@@ -73,6 +73,11 @@ type Tool struct {
 	Reconcile    ReconcileSchedule
 	Adapter      AdapterSpec
 	Compensation *Compensation
+	// Sensitive are the argument paths whose values opledger never shows:
+	// they are sent to the vendor and covered by the arguments' hash, and
+	// redacted wherever arguments are shown (RedactArgs) and in the kept
+	// bytes of a rejected intent.
+	Sensitive []string
 	// catalog: loaded with Options.Catalog; its adapters are never built.
 	catalog bool
 }
@@ -533,6 +538,14 @@ func compensationProblems(tools map[string]sourceTool) []Problem {
 				field := "compensation.args." + arg
 				probs = append(probs, Problem{File: f.file, Line: fieldLine(f.node, field), Tool: name, Field: field,
 					Msg: fmt.Sprintf("tool %s has no argument %s in its args_schema", c.Tool, arg)})
+			}
+			// A sensitive value handed on stays sensitive.
+			for _, s := range f.ft.Sensitive {
+				if strings.Contains(c.Args[arg], "{"+s+"}") && !slices.Contains(target.ft.Sensitive, arg) {
+					field := "compensation.args." + arg
+					probs = append(probs, Problem{File: f.file, Line: fieldLine(f.node, field), Tool: name, Field: field,
+						Msg: fmt.Sprintf("carries sensitive argument %s to tool %s, whose %s is not sensitive", s, c.Tool, arg)})
+				}
 			}
 		}
 	}

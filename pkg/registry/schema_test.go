@@ -136,6 +136,8 @@ func TestSchemaAndLoaderRefuseTheSame(t *testing.T) {
 		"adapter type":                        {"type: http", "type: grpc"},
 		"path without slash":                  {"path: /v1/pay\n", "path: v1/pay\n"},
 		"pure read with compensation":         {"external_irreversible", "pure_read\n    compensation: {tool: pay}"},
+		"slash in a key template":             {"key_template: \"pay:{order_id}\"", "key_template: \"pay/{order_id}\""},
+		"slash in an entity id":               {"id: \"{order_id}\"", "id: \"o/{order_id}\""},
 		// Settings nothing would read are refused, not ignored.
 		"lease ttl without a lease":      {"lease: {required: true, ttl: 30s}", "lease: {ttl: 30s}"},
 		"lease ttl with required false":  {"lease: {required: true, ttl: 30s}", "lease: {required: false, ttl: 30s}"},

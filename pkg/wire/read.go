@@ -86,7 +86,7 @@ func checkValue(dec *json.Decoder, t reflect.Type, path string) error {
 	}
 	tok, err := dec.Token()
 	if err != nil {
-		return &errStrict{"not valid JSON: " + Clip(err.Error())}
+		return &errStrict{"not valid JSON: " + Clip(err.Error()), ReasonNotJSON}
 	}
 	d, ok := tok.(json.Delim)
 	if !ok {
@@ -98,7 +98,7 @@ func checkValue(dec *json.Decoder, t reflect.Type, path string) error {
 		for dec.More() {
 			tok, err := dec.Token()
 			if err != nil {
-				return &errStrict{"not valid JSON: " + Clip(err.Error())}
+				return &errStrict{"not valid JSON: " + Clip(err.Error()), ReasonNotJSON}
 			}
 			key, _ := tok.(string)
 			name := key
@@ -106,7 +106,7 @@ func checkValue(dec *json.Decoder, t reflect.Type, path string) error {
 				name = path + "." + key
 			}
 			if seen[key] {
-				return &errStrict{fmt.Sprintf("field %q appears twice", Clip(name))}
+				return &errStrict{fmt.Sprintf("field %q appears twice", Clip(name)), ReasonDuplicateField}
 			}
 			seen[key] = true
 			sub := elem
@@ -115,7 +115,7 @@ func checkValue(dec *json.Decoder, t reflect.Type, path string) error {
 				if sub, known = fields[key]; !known {
 					for f := range fields {
 						if strings.EqualFold(f, key) {
-							return &errStrict{fmt.Sprintf("unknown field %q (field names are case-sensitive: %q)", Clip(name), f)}
+							return &errStrict{fmt.Sprintf("unknown field %q (field names are case-sensitive: %q)", Clip(name), f), ReasonUnknownField}
 						}
 					}
 				}
@@ -132,7 +132,7 @@ func checkValue(dec *json.Decoder, t reflect.Type, path string) error {
 		}
 	}
 	if _, err := dec.Token(); err != nil {
-		return &errStrict{"not valid JSON: " + Clip(err.Error())}
+		return &errStrict{"not valid JSON: " + Clip(err.Error()), ReasonNotJSON}
 	}
 	return nil
 }
@@ -193,9 +193,9 @@ func CheckHeaders(h map[string]string) error {
 	for _, k := range names {
 		switch {
 		case !utf8.ValidString(k):
-			return fmt.Errorf("a header name is not valid UTF-8: %w", op.ErrInvalid)
+			return refuse(ReasonBadHeader, fmt.Errorf("a header name is not valid UTF-8: %w", op.ErrInvalid))
 		case !utf8.ValidString(h[k]):
-			return fmt.Errorf("header %s is not valid UTF-8: %w", Clip(k), op.ErrInvalid)
+			return refuse(ReasonBadHeader, fmt.Errorf("header %s is not valid UTF-8: %w", Clip(k), op.ErrInvalid))
 		}
 	}
 	return nil

@@ -17,8 +17,9 @@ import (
 // repeated key and replaces invalid UTF-8 (raw, or an unpaired surrogate
 // escape) with U+FFFD; strictObject refuses all of that before decoding.
 
-// errStrict explains why a message is not strict JSON.
-type errStrict struct{ msg string }
+// errStrict explains why a message is not strict JSON; reason is its
+// stable name (RefusalReason).
+type errStrict struct{ msg, reason string }
 
 func (e *errStrict) Error() string { return e.msg }
 
@@ -34,7 +35,7 @@ func checkUTF8(body []byte) error {
 			}
 			i += size
 		}
-		return &errStrict{fmt.Sprintf("invalid UTF-8 at byte %d", i)}
+		return &errStrict{fmt.Sprintf("invalid UTF-8 at byte %d", i), ReasonInvalidUTF8}
 	}
 	for i := 0; i < len(body); i++ {
 		if body[i] != '\\' {
@@ -55,11 +56,11 @@ func checkUTF8(body []byte) error {
 				r2, ok = hex4(body, i+8)
 			}
 			if !ok || utf16.DecodeRune(r1, r2) == utf8.RuneError {
-				return &errStrict{fmt.Sprintf("unpaired UTF-16 surrogate escape at byte %d", i)}
+				return &errStrict{fmt.Sprintf("unpaired UTF-16 surrogate escape at byte %d", i), ReasonInvalidUTF8}
 			}
 			i += 11
 		case utf16.IsSurrogate(r1):
-			return &errStrict{fmt.Sprintf("unpaired UTF-16 surrogate escape at byte %d", i)}
+			return &errStrict{fmt.Sprintf("unpaired UTF-16 surrogate escape at byte %d", i), ReasonInvalidUTF8}
 		default:
 			i += 5
 		}
@@ -99,7 +100,7 @@ func strictObject(body []byte, fields []string, nested map[string][]string) erro
 		return err
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return &errStrict{"data after the JSON object"}
+		return &errStrict{"data after the JSON object", ReasonNotOneObject}
 	}
 	return nil
 }
@@ -107,19 +108,19 @@ func strictObject(body []byte, fields []string, nested map[string][]string) erro
 func checkObject(dec *json.Decoder, path string, fields []string, nested map[string][]string) error {
 	tok, err := dec.Token()
 	if err != nil {
-		return &errStrict{"not valid JSON: " + Clip(err.Error())}
+		return &errStrict{"not valid JSON: " + Clip(err.Error()), ReasonNotJSON}
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		if path == "" {
-			return &errStrict{"not a JSON object"}
+			return &errStrict{"not a JSON object", ReasonNotObject}
 		}
-		return &errStrict{path + " must be an object"}
+		return &errStrict{path + " must be an object", ReasonNotObject}
 	}
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return &errStrict{"not valid JSON: " + Clip(err.Error())}
+			return &errStrict{"not valid JSON: " + Clip(err.Error()), ReasonNotJSON}
 		}
 		key, _ := tok.(string)
 		name := key
@@ -127,14 +128,14 @@ func checkObject(dec *json.Decoder, path string, fields []string, nested map[str
 			name = path + "." + key
 		}
 		if seen[key] {
-			return &errStrict{fmt.Sprintf("field %q appears twice", Clip(name))}
+			return &errStrict{fmt.Sprintf("field %q appears twice", Clip(name)), ReasonDuplicateField}
 		}
 		seen[key] = true
 		if fields != nil && !contains(fields, key) {
 			if k := foldMatch(fields, key); k != "" {
-				return &errStrict{fmt.Sprintf("unknown field %q (field names are case-sensitive: %q)", Clip(name), k)}
+				return &errStrict{fmt.Sprintf("unknown field %q (field names are case-sensitive: %q)", Clip(name), k), ReasonUnknownField}
 			}
-			return &errStrict{fmt.Sprintf("unknown field %q", Clip(name))}
+			return &errStrict{fmt.Sprintf("unknown field %q", Clip(name)), ReasonUnknownField}
 		}
 		if sub, ok := nested[key]; ok && path == "" {
 			if err := checkObject(dec, name, sub, nil); err != nil {
@@ -147,7 +148,7 @@ func checkObject(dec *json.Decoder, path string, fields []string, nested map[str
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return &errStrict{"not valid JSON: " + Clip(err.Error())}
+		return &errStrict{"not valid JSON: " + Clip(err.Error()), ReasonNotJSON}
 	}
 	return nil
 }
@@ -156,7 +157,7 @@ func checkObject(dec *json.Decoder, path string, fields []string, nested map[str
 func skipValue(dec *json.Decoder) error {
 	tok, err := dec.Token()
 	if err != nil {
-		return &errStrict{"not valid JSON: " + Clip(err.Error())}
+		return &errStrict{"not valid JSON: " + Clip(err.Error()), ReasonNotJSON}
 	}
 	d, ok := tok.(json.Delim)
 	if !ok {
@@ -168,11 +169,11 @@ func skipValue(dec *json.Decoder) error {
 		for dec.More() {
 			k, err := dec.Token()
 			if err != nil {
-				return &errStrict{"not valid JSON: " + Clip(err.Error())}
+				return &errStrict{"not valid JSON: " + Clip(err.Error()), ReasonNotJSON}
 			}
 			key, _ := k.(string)
 			if seen[key] {
-				return &errStrict{fmt.Sprintf("field %q appears twice in a nested object", Clip(key))}
+				return &errStrict{fmt.Sprintf("field %q appears twice in a nested object", Clip(key)), ReasonDuplicateField}
 			}
 			seen[key] = true
 			if err := skipValue(dec); err != nil {
@@ -187,7 +188,7 @@ func skipValue(dec *json.Decoder) error {
 		}
 	}
 	if _, err := dec.Token(); err != nil {
-		return &errStrict{"not valid JSON: " + Clip(err.Error())}
+		return &errStrict{"not valid JSON: " + Clip(err.Error()), ReasonNotJSON}
 	}
 	return nil
 }
@@ -237,7 +238,7 @@ func decodeStrict(body []byte, v any, fields []string, nested map[string][]strin
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%s: %w", shortJSONError(err), op.ErrInvalid)
+		return refuse(ReasonWrongType, fmt.Errorf("%s: %w", shortJSONError(err), op.ErrInvalid))
 	}
 	return nil
 }
@@ -256,7 +257,7 @@ func DecodeCommand(body []byte) (*Command, error) {
 		return nil, fmt.Errorf("command: %w", err)
 	}
 	if c.Spec != SpecCommand || c.OperationID == "" || !ValidID(c.OperationID) {
-		return nil, fmt.Errorf("command: not an %s with an operation id: %w", SpecCommand, op.ErrInvalid)
+		return nil, refuse(ReasonCommandNotCommand, fmt.Errorf("command: not an %s with an operation id: %w", SpecCommand, op.ErrInvalid))
 	}
 	return &c, nil
 }

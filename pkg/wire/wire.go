@@ -128,7 +128,7 @@ const (
 // for a result's reason field.
 func DecodeIntent(subject, msgID string, body []byte) (*Intent, error) {
 	if len(body) > MaxIntentLen {
-		return nil, fmt.Errorf("intent is %d bytes, over the %d limit: %w", len(body), MaxIntentLen, op.ErrInvalid)
+		return nil, refuse(ReasonTooLarge, fmt.Errorf("intent is %d bytes, over the %d limit: %w", len(body), MaxIntentLen, op.ErrInvalid))
 	}
 	var in Intent
 	if err := decodeStrict(body, &in, intentFields, intentNested); err != nil {
@@ -136,42 +136,42 @@ func DecodeIntent(subject, msgID string, body []byte) (*Intent, error) {
 	}
 	switch {
 	case in.Spec != SpecIntent:
-		return nil, fmt.Errorf("spec must be %q, got %q: %w", SpecIntent, Clip(in.Spec), op.ErrInvalid)
+		return nil, refuse(ReasonBadSpec, fmt.Errorf("spec must be %q, got %q: %w", SpecIntent, Clip(in.Spec), op.ErrInvalid))
 	case !ValidID(in.EventID):
-		return nil, fmt.Errorf("event_id is required (1-%d printable characters): %w", MaxIDLen, op.ErrInvalid)
+		return nil, refuse(ReasonBadEventID, fmt.Errorf("event_id is required (1-%d printable characters): %w", MaxIDLen, op.ErrInvalid))
 	case !ValidWorkflowID(in.WorkflowID):
-		return nil, fmt.Errorf("workflow_id is required (1-%d printable characters, no '.', '*', '>' or spaces, not %q): %w",
-			MaxIDLen, UnroutableWorkflow, op.ErrInvalid)
+		return nil, refuse(ReasonBadWorkflowID, fmt.Errorf("workflow_id is required (1-%d printable characters, no '.', '*', '>' or spaces, not %q): %w",
+			MaxIDLen, UnroutableWorkflow, op.ErrInvalid))
 	case in.RunID != "" && !ValidID(in.RunID):
-		return nil, fmt.Errorf("run_id must be 1-%d printable characters: %w", MaxIDLen, op.ErrInvalid)
+		return nil, refuse(ReasonBadField, fmt.Errorf("run_id must be 1-%d printable characters: %w", MaxIDLen, op.ErrInvalid))
 	case in.Tool == "" || !ValidText(in.Tool, MaxIDLen):
-		return nil, fmt.Errorf("tool is required (printable characters): %w", op.ErrInvalid)
+		return nil, refuse(ReasonBadField, fmt.Errorf("tool is required (printable characters): %w", op.ErrInvalid))
 	case !ValidText(in.Intent, MaxIntentLabelLen):
-		return nil, fmt.Errorf("intent must be at most %d printable characters: %w", MaxIntentLabelLen, op.ErrInvalid)
+		return nil, refuse(ReasonBadField, fmt.Errorf("intent must be at most %d printable characters: %w", MaxIntentLabelLen, op.ErrInvalid))
 	case in.Actor != nil && (!ValidText(in.Actor.Type, MaxIDLen) || !ValidText(in.Actor.ID, MaxIDLen)):
-		return nil, fmt.Errorf("actor type and id must be printable characters: %w", op.ErrInvalid)
+		return nil, refuse(ReasonBadField, fmt.Errorf("actor type and id must be printable characters: %w", op.ErrInvalid))
 	case len(in.Correlation) > MaxCorrelation:
-		return nil, fmt.Errorf("correlation has %d entries, over the %d limit: %w", len(in.Correlation), MaxCorrelation, op.ErrInvalid)
+		return nil, refuse(ReasonBadField, fmt.Errorf("correlation has %d entries, over the %d limit: %w", len(in.Correlation), MaxCorrelation, op.ErrInvalid))
 	case in.DedupeOverride != nil && (in.DedupeOverride.Reason == "" || !ValidText(in.DedupeOverride.Reason, 200)):
-		return nil, fmt.Errorf("dedupe_override needs a reason of 1-200 printable characters: %w", op.ErrInvalid)
+		return nil, refuse(ReasonBadField, fmt.Errorf("dedupe_override needs a reason of 1-200 printable characters: %w", op.ErrInvalid))
 	case len(in.Args) == 0 || in.Args[0] != '{':
-		return nil, fmt.Errorf("args must be a JSON object: %w", op.ErrInvalid)
+		return nil, refuse(ReasonArgsNotObject, fmt.Errorf("args must be a JSON object: %w", op.ErrInvalid))
 	}
 	in.Tenant = DefaultTenant
 	if subject != "" {
 		tenant, wf, ok := ParseIntentSubject(subject)
 		if !ok || wf != in.WorkflowID {
-			return nil, fmt.Errorf("published on %q but workflow_id says %q: %w", Clip(subject), Clip(in.WorkflowID), op.ErrInvalid)
+			return nil, refuse(ReasonSubjectMismatch, fmt.Errorf("published on %q but workflow_id says %q: %w", Clip(subject), Clip(in.WorkflowID), op.ErrInvalid))
 		}
 		in.Tenant = tenant
 	}
 	switch {
 	case msgID != "" && msgID != in.EventID:
-		return nil, fmt.Errorf("Nats-Msg-Id header differs from event_id: %w", op.ErrInvalid)
+		return nil, refuse(ReasonMsgIDMismatch, fmt.Errorf("Nats-Msg-Id header differs from event_id: %w", op.ErrInvalid))
 	}
 	for k, v := range in.Correlation {
 		if !ValidText(k, MaxCorrelationLen) || !ValidText(v, MaxCorrelationLen) || k == "" {
-			return nil, fmt.Errorf("correlation keys and values must be 1-%d printable characters: %w", MaxCorrelationLen, op.ErrInvalid)
+			return nil, refuse(ReasonBadField, fmt.Errorf("correlation keys and values must be 1-%d printable characters: %w", MaxCorrelationLen, op.ErrInvalid))
 		}
 	}
 	return &in, nil

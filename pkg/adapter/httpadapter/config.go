@@ -549,6 +549,13 @@ func expandSecrets(field, raw string, secret func(string) (string, bool)) (strin
 	return b.String(), vals, nil
 }
 
+// Secrets returns the values the adapter sends as credentials (each secret
+// header's value, and each secret it references): the adapter itself keeps
+// them out of what it returns (adapter.Redact), and a worker adds them to
+// the call's sensitive arguments for the same check (registry's
+// CallSecrets). They are never logged.
+func (a *Adapter) Secrets() []string { return slices.Clone(a.secrets) }
+
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
