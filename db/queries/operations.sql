@@ -89,14 +89,18 @@ WITH finished AS (
     -- An operation no longer in flight gives its entity's lease back.
     DELETE FROM entity_leases WHERE operation_id = @id AND @release_lease::boolean AND EXISTS (SELECT 1 FROM changed)
 ), appended AS (
+    -- The chain's rows come from one ROWS FROM (unnest …) WITH ORDINALITY,
+    -- not a generate_series beside it: the planner guesses 1,000 rows for a
+    -- generate_series over a parameter, which made the cached generic plan
+    -- look costlier than re-planning and so had every execution planned
+    -- again (about as long as executing it; docs/architecture.md).
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
-    SELECT changed.id,
-           (SELECT coalesce(max(oe.seq), 0) FROM operation_events oe WHERE oe.operation_id = changed.id) + e.ord,
+    SELECT changed.id, prev.seq + e.ord,
            e.event, e.from_state, e.to_state, changed.lease_epoch, @attempt_id, @actor, e.detail, changed.updated_at
-    FROM changed,
-         (SELECT unnest(@events::text[]) AS event, unnest(@from_states::text[]) AS from_state,
-                 unnest(@to_states::text[]) AS to_state, unnest(@details::jsonb[]) AS detail,
-                 generate_series(1, cardinality(@events::text[])) AS ord) AS e
+    FROM changed
+    CROSS JOIN LATERAL (SELECT coalesce(max(oe.seq), 0) AS seq FROM operation_events oe WHERE oe.operation_id = changed.id) AS prev
+    CROSS JOIN ROWS FROM (unnest(@events::text[]), unnest(@from_states::text[]), unnest(@to_states::text[]), unnest(@details::jsonb[]))
+               WITH ORDINALITY AS e(event, from_state, to_state, detail, ord)
 ), queued AS (
     INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
     SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
@@ -136,13 +140,12 @@ WITH changed AS (
     DELETE FROM entity_leases WHERE operation_id = @id AND @release_lease::boolean AND EXISTS (SELECT 1 FROM changed)
 ), appended AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
-    SELECT changed.id,
-           (SELECT coalesce(max(oe.seq), 0) FROM operation_events oe WHERE oe.operation_id = changed.id) + e.ord,
+    SELECT changed.id, prev.seq + e.ord,
            e.event, e.from_state, e.to_state, changed.lease_epoch, @attempt_id, @actor, e.detail, changed.updated_at
-    FROM changed,
-         (SELECT unnest(@events::text[]) AS event, unnest(@from_states::text[]) AS from_state,
-                 unnest(@to_states::text[]) AS to_state, unnest(@details::jsonb[]) AS detail,
-                 generate_series(1, cardinality(@events::text[])) AS ord) AS e
+    FROM changed
+    CROSS JOIN LATERAL (SELECT coalesce(max(oe.seq), 0) AS seq FROM operation_events oe WHERE oe.operation_id = changed.id) AS prev
+    CROSS JOIN ROWS FROM (unnest(@events::text[]), unnest(@from_states::text[]), unnest(@to_states::text[]), unnest(@details::jsonb[]))
+               WITH ORDINALITY AS e(event, from_state, to_state, detail, ord)
 ), queued AS (
     INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
     SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
