@@ -345,7 +345,7 @@ func (in *Intents) submit(w http.ResponseWriter, r *http.Request, actor ops.Acto
 	}
 	in.answers.WithLabelValues(res.Decision).Inc()
 	log.Info().Str("operation_id", res.OperationID).Str("dedupe_decision", res.Decision).Str("status", res.Status).
-		Bool("wait_ended", res.WaitEnded).Dur("latency", time.Since(start)).Int("http_status", status).Msg("api: intent answered")
+		Bool("wait_ended", res.WaitEnded).Dur("latency_ms", time.Since(start)).Int("http_status", status).Msg("api: intent answered")
 	writeJSON(w, status, out)
 }
 

@@ -260,7 +260,7 @@ func (b *Bus) checkIntents(ctx context.Context, st jetstream.Stream) error {
 	if cur.Name != wire.StreamIntents || cur.Duplicates <= IntentDuplicateWindow {
 		return nil
 	}
-	b.log.Warn().Str("stream", cur.Name).Dur("duplicate_window", cur.Duplicates).
+	b.log.Warn().Str("stream", cur.Name).Dur("duplicate_window_ms", cur.Duplicates).
 		Msg("the NATS server keeps a Nats-Msg-Id duplicate window on INTENTS; shortening it to 100ms")
 	cur.Duplicates = IntentDuplicateWindow
 	if _, err := b.js.UpdateStream(ctx, cur); err != nil {

@@ -1,6 +1,7 @@
-// Package layout holds only a test: the import rules docs/architecture.md
+// Package layout holds only tests: the import rules docs/architecture.md
 // states, checked against every Go file of the module, so that the folder
-// tree keeps explaining the design.
+// tree keeps explaining the design, and the naming rule for durations in
+// log lines (logs_test.go).
 package layout_test
 
 import (

@@ -324,7 +324,7 @@ func (s *server) call(t *registry.Tool) mcp.ToolHandler {
 		}
 		advise(res, s.cfg.Reader != nil, "call this tool again with the same arguments and the same tool-call id")
 		log.Info().Str("event_id", sub.EventID).Str("operation_id", res.OperationID).Str("status", res.Status).
-			Str("dedupe_decision", res.Decision).Dur("waited", sub.Waited).Msg("mcp: tools/call answered")
+			Str("dedupe_decision", res.Decision).Dur("waited_ms", sub.Waited).Msg("mcp: tools/call answered")
 		return render(res), nil
 	}
 }
