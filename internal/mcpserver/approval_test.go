@@ -54,8 +54,21 @@ func TestApprovals(t *testing.T) {
 		require.Zero(t, e.captures(captureKey("order_apr_1", big)))
 	})
 
-	for i, version := range []string{"", "2025-11-25"} { // input-required results; elicitation/create for older clients
-		t.Run("URL elicitation: a person approves in the API, the call completes "+version, func(t *testing.T) {
+	// input-required results; elicitation/create for older clients. A person
+	// approves while the client is answering, or before the client's answer
+	// comes back (the link opened at once): either way one capture, and the
+	// result and the elicitation's completion say which approval it was.
+	cases := []struct {
+		version string
+		first   bool
+	}{{"", false}, {"2025-11-25", false}, {"", true}, {"2025-11-25", true}}
+	for i, c := range cases {
+		version := c.version
+		name := "URL elicitation: a person approves in the API, the call completes " + version
+		if c.first {
+			name += " (approved before the client answers)"
+		}
+		t.Run(name, func(t *testing.T) {
 			order := fmt.Sprintf("order_apr_2_%d", i)
 			var mu sync.Mutex
 			var asked *mcp.ElicitParams
@@ -68,15 +81,23 @@ func TestApprovals(t *testing.T) {
 					mu.Unlock()
 					// The person opens the link: an approver, with their own token.
 					opID := strings.TrimPrefix(req.Params.URL, e.apiURL+"/v1/operations/")
-					go func() {
+					approve := func() {
 						d, err := e.alice.Show(context.Background(), opID)
 						if err == nil {
 							_, err = e.alice.Approve(context.Background(), opID, d.Operation.ArgsHash, "checked with the customer")
 						}
+						if err == nil && c.first {
+							err = e.waitState(opID, op.StateCompletedSuccess)
+						}
 						if err != nil {
 							t.Errorf("approve: %v", err)
 						}
-					}()
+					}
+					if c.first {
+						approve()
+					} else {
+						go approve()
+					}
 					return &mcp.ElicitResult{Action: "accept"}, nil
 				},
 				ElicitationCompleteHandler: func(_ context.Context, req *mcp.ElicitationCompleteNotificationRequest) {

@@ -315,11 +315,20 @@ func (s *server) call(t *registry.Tool) mcp.ToolHandler {
 		}
 		res := fromClient(sub.Result, sub.Answer, sub.ArgsHash, s.verify(sub.Result.OperationID))
 		res.WaitEnded = sub.WaitEnded
-		if op.State(res.Status) == op.StateAwaitingApproval && res.OperationID != "" {
+		switch {
+		case res.OperationID == "":
+		case op.State(res.Status) == op.StateAwaitingApproval:
 			var input *mcp.CallToolResult
 			if res, input = s.approval(ctx, req, id, sub, res, progress); input != nil {
 				log.Info().Str("event_id", sub.EventID).Str("operation_id", sub.Result.OperationID).Msg("mcp: approval asked for")
 				return input, nil
+			}
+		default:
+			// The client answers an approval question that a person
+			// decided before the answer came back (the link was opened at
+			// once): the result still says which approval it was.
+			if st, ok := s.answered(req, sub.EventID, res.OperationID, sub.ArgsHash); ok {
+				res.Approval = s.decided(ctx, req, res.OperationID, sub.ArgsHash, st)
 			}
 		}
 		advise(res, s.cfg.Reader != nil, "call this tool again with the same arguments and the same tool-call id")
@@ -476,6 +485,20 @@ func (s *server) approval(ctx context.Context, req *mcp.CallToolRequest, id ids,
 	next.WaitEnded = ended
 	next.Approval = a
 	return next, nil
+}
+
+// decided is the approval of a call whose operation left
+// awaiting_approval before the client's answer to the question came back;
+// a URL elicitation is then complete, and the client is told so.
+func (s *server) decided(ctx context.Context, req *mcp.CallToolRequest, opID, argsHash string, st approvalState) *Approval {
+	a := &Approval{ElicitationID: ElicitationID(opID, argsHash), ArgsHash: argsHash, Elicited: st.Mode}
+	if s.cfg.APIURL != "" {
+		a.URL = s.cfg.APIURL + "/v1/operations/" + opID
+	}
+	if st.Mode == "url" {
+		_ = req.Session.NotifyElicitationComplete(ctx, &mcp.ElicitationCompleteParams{ElicitationID: a.ElicitationID})
+	}
+	return a
 }
 
 // elicitation is what the client is asked, or nil when it cannot be asked

@@ -28,6 +28,7 @@ import (
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/pkg/adapter/mcpadapter"
 	"github.com/opledger/opledger/pkg/client"
+	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/registry"
 )
 
@@ -261,4 +262,23 @@ func (p *progressLog) all() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.msgs...)
+}
+
+// waitState polls the operators' API until the operation is in state want
+// (at most 15 s).
+func (e *env) waitState(opID string, want op.State) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		d, err := e.viewer.Show(e.ctx, opID)
+		if err != nil {
+			return err
+		}
+		if d.Operation.State == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("operation %s is %s after 15 s, not %s", opID, d.Operation.State, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
