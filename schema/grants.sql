@@ -129,4 +129,11 @@ GRANT INSERT ON webhook_evidence TO opledger_ingest;
 GRANT UPDATE (status, operation_id, reason, decided_at, checks, next_check_at)
     ON webhook_evidence TO opledger_ingest, opledger_reconciler, opledger_maintainer;
 
+-- operation_unsettled: the predicate of operations_unsettled_idx. Postgres
+-- evaluates it, as the writing role, whenever a row of operations is
+-- written, so every role that writes operations may execute it; the
+-- maintenance leader also names it in its scans.
+GRANT EXECUTE ON FUNCTION operation_unsettled(text) TO opledger_ingest, opledger_dispatcher, opledger_reconciler,
+    opledger_compensator, opledger_maintainer, opledger_operator;
+
 -- owner-only: operation_events_append_only: the trigger function that keeps history append-only; triggers need no EXECUTE grant

@@ -321,7 +321,7 @@ func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string
 
 const operationListDispatchedUnclaimed = `-- name: OperationListDispatchedUnclaimed :many
 SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant, o.compensation_operation_id FROM operations o
-WHERE o.state = 'dispatched'
+WHERE operation_unsettled(o.state) AND o.state = 'dispatched'
   AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch
                   AND a.finished_at IS NULL)
   AND coalesce((SELECT max(a.deadline_at) FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch),
@@ -344,8 +344,9 @@ type OperationListDispatchedUnclaimedParams struct {
 // they entered dispatched plus grace). Open attempts past their deadline
 // are OperationListStuckDispatched's; between them the sweeper catches
 // every operation in dispatched past its attempt's deadline, whatever its
-// attempts say. Without an index on state (so that transitions stay HOT)
-// this scans operations: the sweeper runs it less often than the other.
+// attempts say. operation_unsettled(o.state) is operations_unsettled_idx's
+// predicate: the index holds only operations that have not settled, so
+// this reads the work in flight, not the ledger.
 func (q *Queries) OperationListDispatchedUnclaimed(ctx context.Context, arg OperationListDispatchedUnclaimedParams) ([]Operation, error) {
 	rows, err := q.db.Query(ctx, operationListDispatchedUnclaimed, arg.Now, arg.GraceSeconds, arg.MaxRows)
 	if err != nil {
@@ -481,7 +482,7 @@ func (q *Queries) OperationListStuckDispatched(ctx context.Context, arg Operatio
 
 const operationListUnattended = `-- name: OperationListUnattended :many
 SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant, o.compensation_operation_id FROM operations o
-WHERE o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
+WHERE operation_unsettled(o.state) AND o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
   AND o.updated_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
   AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL AND b.parked_at IS NULL)
   AND NOT EXISTS (SELECT 1 FROM reconcile_lookups l WHERE l.operation_id = o.id AND l.version = o.version
@@ -504,9 +505,10 @@ type OperationListUnattendedParams struct {
 // Operations waiting on a command (pending_dispatch, unknown_outcome,
 // acknowledged) that changed before a cutoff on the database's clock and
 // have no unsent outbox row: their command was published and then lost (a
-// terminated message, a NATS server that lost its store). Without an index
-// on state (so that transitions stay HOT) this scans operations, so it runs
-// rarely, in the maintenance leader only; the NOT EXISTS probes only unsent
+// terminated message, a NATS server that lost its store). It runs in the
+// maintenance leader only and reads operations_unsettled_idx (only the
+// operations that have not settled, named by its predicate
+// operation_unsettled); the NOT EXISTS probes only unsent
 // outbox rows (outbox_unsent_idx), few by design. A reconcile command that
 // the reconciler is only holding back (it looked and will look again:
 // reconcile_lookups.next_at) is alive, not lost, until its next lookup is

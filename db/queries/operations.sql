@@ -164,16 +164,17 @@ SELECT state, count(*)::bigint AS n FROM operations GROUP BY state ORDER BY stat
 -- Operations waiting on a command (pending_dispatch, unknown_outcome,
 -- acknowledged) that changed before a cutoff on the database's clock and
 -- have no unsent outbox row: their command was published and then lost (a
--- terminated message, a NATS server that lost its store). Without an index
--- on state (so that transitions stay HOT) this scans operations, so it runs
--- rarely, in the maintenance leader only; the NOT EXISTS probes only unsent
+-- terminated message, a NATS server that lost its store). It runs in the
+-- maintenance leader only and reads operations_unsettled_idx (only the
+-- operations that have not settled, named by its predicate
+-- operation_unsettled); the NOT EXISTS probes only unsent
 -- outbox rows (outbox_unsent_idx), few by design. A reconcile command that
 -- the reconciler is only holding back (it looked and will look again:
 -- reconcile_lookups.next_at) is alive, not lost, until its next lookup is
 -- overdue by the cutoff as well: writing it again would only reset
 -- JetStream's delivery count and add outbox rows.
 SELECT o.* FROM operations o
-WHERE o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
+WHERE operation_unsettled(o.state) AND o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
   AND o.updated_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @older_than_seconds::float8)
   AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL AND b.parked_at IS NULL)
   AND NOT EXISTS (SELECT 1 FROM reconcile_lookups l WHERE l.operation_id = o.id AND l.version = o.version
@@ -192,10 +193,11 @@ LIMIT @max_rows;
 -- they entered dispatched plus grace). Open attempts past their deadline
 -- are OperationListStuckDispatched's; between them the sweeper catches
 -- every operation in dispatched past its attempt's deadline, whatever its
--- attempts say. Without an index on state (so that transitions stay HOT)
--- this scans operations: the sweeper runs it less often than the other.
+-- attempts say. operation_unsettled(o.state) is operations_unsettled_idx's
+-- predicate: the index holds only operations that have not settled, so
+-- this reads the work in flight, not the ledger.
 SELECT o.* FROM operations o
-WHERE o.state = 'dispatched'
+WHERE operation_unsettled(o.state) AND o.state = 'dispatched'
   AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch
                   AND a.finished_at IS NULL)
   AND coalesce((SELECT max(a.deadline_at) FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch),

@@ -56,8 +56,8 @@ type Config struct {
 	// SweepInterval is how often the sweeper runs (default 1s).
 	SweepInterval time.Duration
 	// StrandInterval is how often the sweeper also looks for operations in
-	// dispatched that no unfinished attempt holds (default 5s): that query
-	// scans operations, the other one only open attempts.
+	// dispatched that no unfinished attempt holds (default 5s), through the
+	// index of unsettled operations; the other query reads open attempts.
 	StrandInterval time.Duration
 	// DispatchedGrace is added to an attempt's deadline before it counts as
 	// stuck (default 5s).
@@ -66,8 +66,7 @@ type Config struct {
 	// database's clock, with nothing in the outbox to move it before its
 	// command is written again (default 2m).
 	RedriveAfter time.Duration
-	// RedriveInterval is how often the re-drive pass runs (default 30s; it
-	// scans operations).
+	// RedriveInterval is how often the re-drive pass runs (default 30s).
 	RedriveInterval time.Duration
 	// RetentionInterval is how often retention runs (default 1m).
 	RetentionInterval time.Duration
@@ -269,8 +268,8 @@ func (mt *Maintainer) runTask(ctx context.Context, name string, task func(contex
 // to the agent, in one statement each. Operations whose attempt is still
 // open are found through the open attempts every pass; those no unfinished
 // attempt holds (it finished, yet the operation never moved; or there is
-// none), which only a scan of operations finds, every StrandInterval. It
-// returns how many it moved.
+// none) through the index of unsettled operations, every StrandInterval.
+// It returns how many it moved.
 func (mt *Maintainer) Sweep(ctx context.Context) (int, error) {
 	moved, err := mt.sweepStuck(ctx)
 	if err != nil {

@@ -360,7 +360,8 @@ func (r reads) OperationsStuckDispatched(ctx context.Context, grace time.Duratio
 // their latest attempt at that epoch (or, without one, the time they entered
 // dispatched) plus grace on the database's clock: stranded whatever their
 // attempts say. Open attempts past their deadline are
-// OperationsStuckDispatched's. It scans operations.
+// OperationsStuckDispatched's. It reads only unsettled operations
+// (operations_unsettled_idx), however large the ledger.
 func (r reads) OperationsDispatchedUnclaimed(ctx context.Context, grace time.Duration, limit int) ([]*op.Operation, error) {
 	rows, err := r.q.OperationListDispatchedUnclaimed(ctx, dbsqlc.OperationListDispatchedUnclaimedParams{
 		GraceSeconds: grace.Seconds(), MaxRows: int32(limit), Now: r.now(),
