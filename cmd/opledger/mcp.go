@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -86,6 +87,8 @@ func runMCP(ctx context.Context, args []string, env func(string) (string, bool),
 	httpAddr := fs.String("http", "", "serve streamable HTTP on this address (at /mcp) instead of stdio")
 	httpTokens := fs.String("http-tokens", def("OPLEDGER_MCP_HTTP_TOKENS", ""), "tokens file (opledger token's format) for -http; required off loopback; the token's actor proposes the calls [OPLEDGER_MCP_HTTP_TOKENS]")
 	logLevel := fs.String("log", "info", "log level (logs go to stderr)")
+	logFormat := fs.String("log-format", app.LogAuto, "log format: json, console, or auto (console on a terminal)")
+	instance := fs.String("instance", def("OPLEDGER_INSTANCE", ""), "instance name in logs (default: host name and process id) [OPLEDGER_INSTANCE]")
 	var upURL, upCmd, upName *string
 	if proxy {
 		upName = fs.String("upstream-name", "", "the upstream's name, as the registry's adapter.server says (required)")
@@ -95,10 +98,12 @@ func runMCP(ctx context.Context, args []string, env func(string) (string, bool),
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
-	log, err := app.NewLogger(stderr, *logLevel, app.LogAuto)
+	base, err := app.NewLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
 		return err
 	}
+	// Every line says which service and which instance it comes from.
+	log := base.With().Str("service", "mcp").Str("instance", cmp.Or(*instance, app.DefaultInstance())).Logger()
 	if *workflow == "" {
 		return errors.New("mcp: -workflow is required")
 	}
@@ -132,7 +137,7 @@ func runMCP(ctx context.Context, args []string, env func(string) (string, bool),
 		return err
 	}
 	cfg := mcpserver.Config{Door: door, Workflow: *workflow, WorkflowFromMeta: *workflowMeta, ArgumentFallback: *metaArgs,
-		APIURL: *apiURL, Name: "opledger", Log: log.With().Str("service", "mcp").Logger()}
+		APIURL: *apiURL, Name: "opledger", Log: log}
 	if *apiURL != "" {
 		tok, err := secret(env, "OPLEDGER_MCP_API_TOKEN", *apiTokenFile)
 		if err != nil {

@@ -59,9 +59,9 @@ func hostname() string {
 	return h
 }
 
-// defaultInstance names a process that was given no instance name: its host
+// DefaultInstance names a process that was given no instance name: its host
 // and process id, so that two processes on one host never share the names
 // that fence their work (relay claims, attempt and leader rows).
-func defaultInstance() string {
+func DefaultInstance() string {
 	return hostname() + "-" + strconv.Itoa(os.Getpid())
 }

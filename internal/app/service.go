@@ -126,7 +126,7 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 		}
 		return nil
 	})
-	fs.StringVar(&cfg.Instance, "instance", env("OPLEDGER_INSTANCE", defaultInstance()), "instance name in logs and attempt rows (default: host name and process id) [OPLEDGER_INSTANCE]")
+	fs.StringVar(&cfg.Instance, "instance", env("OPLEDGER_INSTANCE", DefaultInstance()), "instance name in logs and attempt rows (default: host name and process id) [OPLEDGER_INSTANCE]")
 	// Each binary shows and takes only its own flags.
 	cfg.Instances = 1
 	if name == Dispatcher {

@@ -248,7 +248,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		}
 	}
 	if cfg.Instance == "" {
-		cfg.Instance = defaultInstance()
+		cfg.Instance = DefaultInstance()
 	}
 	if cfg.Dispatchers <= 0 {
 		cfg.Dispatchers = 1

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -96,6 +97,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	d.Metrics = telemetry.NewMetrics(promReg)
 
 	sc := cfg.Services
+	sc.Instance = cmp.Or(sc.Instance, DefaultInstance())
 	sc.DatabaseURL, sc.NATSURL, sc.Registry, sc.Metrics, sc.Log = d.Infra.DatabaseURL, d.Infra.NATSURL, d.Registry, d.Metrics, cfg.Log
 	if sc.DatabaseURLs == nil {
 		sc.DatabaseURLs = d.Infra.DatabaseURLs
@@ -127,19 +129,20 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	}
 	if cfg.HTTPAddr != "" {
 		a, err := api.New(api.Config{Ops: ops.New(d.Services.StoreFor(PartAPI), d.Registry), Tokens: cfg.APITokens, Registerer: promReg,
-			Log: cfg.Log.With().Str("service", "api").Logger()})
+			Log: cfg.Log.With().Str("service", "api").Str("instance", sc.Instance).Logger()})
 		if err != nil {
 			return nil, err
 		}
 		d.doors = newTenantDoors(IntentNATS{URL: d.Infra.NATSURL, Base: sc.NATSAuth}, d.Registry, intentWait(cfg.IntentWait),
-			cfg.Log.With().Str("service", "api").Logger())
+			cfg.Log.With().Str("service", "api").Str("instance", sc.Instance).Logger())
 		intents, err := api.NewIntents(api.IntentsConfig{API: a, Doors: d.doors, Wait: intentWait(cfg.IntentWait), Registerer: promReg,
-			Log: cfg.Log.With().Str("service", "api").Logger()})
+			Log: cfg.Log.With().Str("service", "api").Str("instance", sc.Instance).Logger()})
 		if err != nil {
 			return nil, err
 		}
 		const stats = "GET /v1/vendors/stats"
-		d.HTTP, err = ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: d.Services.Ready, Guard: a.Guard(), Log: cfg.Log,
+		d.HTTP, err = ServeHTTP(HTTPConfig{Addr: cfg.HTTPAddr, Gatherer: promReg, Ready: d.Services.Ready, Guard: a.Guard(),
+			Log: cfg.Log.With().Str("service", "http").Str("instance", sc.Instance).Logger(),
 			Routes: func(mux *http.ServeMux) {
 				a.Mount(mux)
 				intents.Mount(mux)

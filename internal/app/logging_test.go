@@ -1,0 +1,116 @@
+package app_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/internal/app"
+	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/pkg/client"
+	"github.com/opledger/opledger/pkg/wire"
+)
+
+// lockedBuffer is a bytes.Buffer that the stack's goroutines may write to
+// while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) lines() []map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Every line the stack logs (the services, the operators' API and the HTTP
+// server of dev and demo) says which service and which instance it comes
+// from, and a vendor refusing the connection is a warning. The tickets
+// vendor is pointed at a closed port; one ticket intent and a request to
+// /readyz without a token make the lines.
+func TestEveryLogLineNamesServiceAndInstance(t *testing.T) {
+	t.Parallel()
+	cs := testdb.New(t)
+	var logs lockedBuffer
+	log := zerolog.New(&logs).Level(zerolog.DebugLevel).With().Timestamp().Logger()
+	d, err := app.StartStack(context.Background(), app.StackConfig{
+		Infra:    app.InfraConfig{DatabaseURL: cs, MemoryStreams: true, Log: zerolog.Nop()},
+		Registry: app.RegistryConfig{Vendors: map[string]string{"tickets": "http://127.0.0.1:1"}},
+		HTTPAddr: "127.0.0.1:0",
+		Services: app.ServicesConfig{Dispatchers: 1, Relays: 1, DatabaseURLs: roleUsers(t, cs),
+			Reconcile: reconcileFast, Maintain: maintainFast},
+		Log: log,
+	})
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	resp, err := http.Get(d.HTTP.URL() + "/readyz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	cl, err := client.Connect(d.Infra.NATSURL, "log-agent")
+	require.NoError(t, err)
+	defer cl.Close()
+	_, err = cl.Submit(ctx, wire.Intent{EventID: "conv_log:call_1", WorkflowID: "wf_log", Tool: "create_ticket",
+		Args: json.RawMessage(`{"conversation_id":"conv_log","queue":"billing","summary":"a ticket nobody can open"}`)})
+	require.NoError(t, err)
+
+	refused := func() bool {
+		for _, l := range logs.lines() {
+			if l["message"] == "attempt recorded" && l["error_category"] != "" && l["error_category"] != nil {
+				require.Equal(t, "warn", l["level"], "a failed attempt is logged at %v: %v", l["level"], l)
+				return true
+			}
+		}
+		return false
+	}
+	require.Eventually(t, refused, 30*time.Second, 100*time.Millisecond, "no attempt against the closed port was logged")
+	d.Close()
+
+	lines := logs.lines()
+	require.NotEmpty(t, lines)
+	services := map[string]bool{}
+	for _, l := range lines {
+		service, _ := l["service"].(string)
+		instance, _ := l["instance"].(string)
+		require.True(t, service != "" && instance != "", "a line without its service or instance: %v", l)
+		services[service] = true
+	}
+	for _, s := range []string{"planner-ingest", "dispatcher", "api"} {
+		require.True(t, services[s], "no line from %s (lines came from %v)", s, strings.Join(keys(services), ", "))
+	}
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
