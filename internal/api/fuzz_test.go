@@ -3,9 +3,13 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/opledger/opledger/pkg/op"
@@ -102,6 +106,66 @@ func FuzzParseTokens(f *testing.F) {
 					t.Fatalf("a refusal quotes a hash: %v", err)
 				}
 			}
+		}
+	})
+}
+
+// evidenceFilter (GET /v1/webhooks) never panics, refuses with
+// op.ErrInvalid, and what it accepts is within bounds: known statuses, a
+// provider name, a limit from 1 to maxLimit (0: the default).
+func FuzzEvidenceFilter(f *testing.F) {
+	for _, s := range []string{"status=flagged&provider=stripe&limit=10", "status=all", "status=held", "status=bogus",
+		"provider=Stripe", "provider=../x", "limit=0", "limit=1001", "limit=-1", "status=a&status=b", "sort=age",
+		"provider=%00", "%zz", "limit=+5"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return // the API answers a malformed query 400 before evidenceFilter
+		}
+		fl, err := evidenceFilter(q)
+		if err != nil {
+			if !errors.Is(err, op.ErrInvalid) {
+				t.Fatalf("refusal %v", err)
+			}
+			return
+		}
+		if fl.Limit < 0 || fl.Limit > maxLimit || (fl.Provider != "" && !providerRE.MatchString(fl.Provider)) {
+			t.Fatalf("accepted %q as %+v", raw, fl)
+		}
+		for _, s := range fl.Statuses {
+			if !slices.Contains(evidenceStatuses, s) {
+				t.Fatalf("accepted %q with status %q", raw, s)
+			}
+		}
+	})
+}
+
+// The intent API's query (POST /v1/intents?wait=…) never panics: unknown
+// parameters, repeats and bad durations are refused with the query reason,
+// and an accepted wait is never negative nor beyond the configured bound.
+func FuzzIntentQuery(f *testing.F) {
+	for _, s := range []string{"wait=final", "wait=10s", "wait=-1s", "wait=9999999h", "wait=1s&wait=2s", "wait=",
+		"timeout=5s", "wait=1e3s", "%zz", "wait=final&x=1", "wait=1.5m"} {
+		f.Add(s)
+	}
+	in := &Intents{cfg: IntentsConfig{Wait: 30 * time.Second}}
+	f.Fuzz(func(t *testing.T, raw string) {
+		r := httptest.NewRequest(http.MethodPost, "/v1/intents", nil)
+		r.URL.RawQuery = raw
+		q, err := query(r, "wait")
+		if err == nil {
+			var wait time.Duration
+			if wait, err = in.intentWait(q); err == nil {
+				if wait < 0 || wait > in.cfg.Wait {
+					t.Fatalf("accepted %q as a wait of %v", raw, wait)
+				}
+				return
+			}
+		}
+		if !errors.Is(err, op.ErrInvalid) || refusalReason(err, "") != ReasonInvalidQuery {
+			t.Fatalf("refusal of %q: %v", raw, err)
 		}
 	})
 }
