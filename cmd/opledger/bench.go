@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -79,6 +81,28 @@ func (a *arrivalsFlag) Set(s string) error {
 	return nil
 }
 
+// pgSettingsFlag is -pg name=value, repeatable: server settings of the
+// private cluster.
+type pgSettingsFlag map[string]string
+
+func (p pgSettingsFlag) String() string {
+	var out []string
+	for k, v := range p {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
+}
+
+func (p pgSettingsFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" || v == "" {
+		return fmt.Errorf("want a Postgres setting as name=value (shared_buffers=2GB), got %q", s)
+	}
+	p[k] = v
+	return nil
+}
+
 // pgssSettings load pg_stat_statements into a private cluster (bench -pgss).
 var pgssSettings = map[string]string{"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.max": "10000"}
 
@@ -130,6 +154,8 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	fs.IntVar(&sc.IngestWorkers, "ingest-workers", 0, "concurrent intents in planner-ingest (0: the service default)")
 	fs.IntVar(&sc.DispatchWorkers, "dispatch-workers", 32, "concurrent vendor calls per dispatcher")
 	dbConns := fs.Int("db-conns", 0, "Postgres connections in the services' pool (0: the default)")
+	pgSet := pgSettingsFlag{}
+	fs.Var(pgSet, "pg", "a server setting of the private cluster as name=value (shared_buffers=2GB), repeatable; ignored with DATABASE_URL")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -146,9 +172,11 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	// RESULTS and INTENTS streams (kept 1 h and 24 h) would grow the heap
 	// it watches.
 	f.cfg.Infra.MemoryStreams = !steady
+	f.cfg.Infra.PGSettings = map[string]string{}
 	if cfg.PGSS {
-		f.cfg.Infra.PGSettings = pgssSettings
+		maps.Copy(f.cfg.Infra.PGSettings, pgssSettings)
 	}
+	maps.Copy(f.cfg.Infra.PGSettings, pgSet)
 	sc.DBMaxConns = int32(*dbConns)
 
 	text := out
@@ -188,6 +216,9 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	fmt.Fprintf(text, "# dispatchers=%d relays=%d ingest-workers=%d dispatch-workers=%d db-conns=%d durable=%v concurrency=%d arrivals=%s (0 = service default); postgres %s, %d CPUs\n",
 		sc.Dispatchers, sc.Relays, sc.IngestWorkers, sc.DispatchWorkers, sc.DBMaxConns, f.cfg.Infra.Durable, cfg.Concurrency, cfg.Arrivals,
 		b.rep.Settings.PostgresVersion, runtime.NumCPU())
+	if len(pgSet) > 0 {
+		fmt.Fprintf(text, "# private cluster settings: %s\n", pgSet)
+	}
 
 	if b.cl, err = client.Connect(d.Infra.NATSURL, "bench"); err != nil {
 		return err
