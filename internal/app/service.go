@@ -120,7 +120,11 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 	if v := env("OPLEDGER_REGISTRY", ""); v != "" {
 		registries = strings.Split(v, ",")
 	}
+	fromFlags := false
 	fs.Func("registry", "tool registry file or directory, repeatable (default: the embedded example registry) [OPLEDGER_REGISTRY, comma-separated]", func(s string) error {
+		if !fromFlags { // the flags replace the environment's list, as every other flag does
+			registries, fromFlags = nil, true
+		}
 		if !slices.Contains(registries, s) {
 			registries = append(registries, s)
 		}

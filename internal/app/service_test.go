@@ -319,3 +319,19 @@ func TestServiceNATSAuthFlags(t *testing.T) {
 	_, err = app.ParseServiceFlags(app.Dispatcher, []string{"-nats-user", "u"}, env(base), io.Discard)
 	require.ErrorContains(t, err, "without a password")
 }
+
+// TestServiceRegistryFlagReplacesTheEnvironment: -registry replaces
+// OPLEDGER_REGISTRY's list (the image sets it to the example registry), as
+// every other flag overrides its variable; repeated, the flags add up.
+func TestServiceRegistryFlagReplacesTheEnvironment(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"DATABASE_URL": "postgres://x", "NATS_URL": "nats://127.0.0.1:1",
+		"OPLEDGER_REGISTRY": "/etc/opledger/registry.yaml,/etc/opledger/more"}
+	cfg, err := app.ParseServiceFlags(app.Dispatcher, nil, env(vars), io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{"/etc/opledger/registry.yaml", "/etc/opledger/more"}, cfg.Registry.Paths)
+
+	cfg, err = app.ParseServiceFlags(app.Dispatcher, []string{"-registry", "mine.yaml", "-registry", "tools/", "-registry", "mine.yaml"}, env(vars), io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{"mine.yaml", "tools/"}, cfg.Registry.Paths, "the flags replace the variable's list")
+}
