@@ -72,7 +72,7 @@ func preloadIntent(prefix string, i int) wire.Intent {
 // pipeline first (the template), and every preloaded operation is a copy
 // of each of its rows in operations and in every table with an
 // operation_id column (its events, its attempt, its inbox row; not the
-// outbox, whose published rows retention deletes after an hour), with
+// outbox, whose rows the relay deletes once they are published), with
 // what identifies it replaced: the workflow, event and order ids; the
 // arguments, their hash, the business key and entity id as the registry
 // prepares them; the hash of the intent's bytes; the trace id; every

@@ -26,7 +26,7 @@ func runEval(ctx context.Context, args []string, env func(string) (string, bool)
 	}
 	var cfg eval.Config
 	n := fs.Int("n", 500, "business actions per scenario, spread over capture_payment, send_email and create_ticket (update_crm_record in set_back_sequences)")
-	total := fs.Int("ops", 0, "business actions over all scenarios, split evenly (overrides -n)")
+	total := fs.Int("ops", 0, "business actions over all scenarios, split evenly and rounded up, so that at least this many run (overrides -n)")
 	scenarios := fs.String("scenarios", strings.Join(eval.DefaultScenarios, ","), "comma-separated scenarios to run, in order")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the corpus, its timing and the kills")
 	fs.IntVar(&cfg.Dispatchers, "dispatchers", 3, "dispatcher instances (processes with -kill)")
@@ -60,7 +60,7 @@ func runEval(ctx context.Context, args []string, env func(string) (string, bool)
 		if k == 0 {
 			k = len(eval.DefaultScenarios)
 		}
-		cfg.PerScenario = *total / k
+		cfg.PerScenario = (*total + k - 1) / k
 	}
 	cfg.Infra.DatabaseURL, cfg.Infra.NATSURL = getenv(env, "DATABASE_URL"), getenv(env, "NATS_URL")
 	cfg.Infra.MemoryStreams = true

@@ -109,8 +109,9 @@ func run(argv []string, getenv func(string) string, stdout io.Writer) error {
 		return nil
 	}
 
-	// SubmitAndWait publishes again under the same event id: JetStream or the
-	// ledger drops the resend, and the wait follows the same operation.
+	// SubmitAndWait publishes again under the same event id: the ledger
+	// answers the resend duplicate_event, and the wait follows the same
+	// operation.
 	res, err := cl.SubmitAndWait(ctx, in)
 	if errors.Is(err, context.DeadlineExceeded) {
 		fmt.Fprintf(stdout, "still %s after %s; opledger keeps working on it\n", res.Status, *timeout)

@@ -1,8 +1,11 @@
-// Package api is the operators' HTTP API: the human loop of internal/ops
-// (list, show, approve, deny, resolve, cancel, compensate; parked outbox
-// rows and their requeue) over JSON, behind
-// bearer tokens that name an actor and a role. The CLI (opledger ops) is a
-// client of it. docs/openapi.yaml describes every route; it is served at
+// Package api is opledger's HTTP API, behind bearer tokens that name an
+// actor and a role. For operators, the human loop of internal/ops (list,
+// show, approve, deny, resolve, cancel, compensate; parked outbox rows and
+// their requeue; webhook evidence) over JSON; the CLI (opledger ops) is a
+// client of it. For agents, the intent API (intents.go, intentbody.go):
+// POST /v1/intents, optionally waiting for the final result, and reads of
+// the agent's own operations, with tokens bound to a tenant.
+// docs/openapi.yaml describes every route; it is served at
 // GET /v1/openapi.yaml.
 //
 // Every /v1/ route needs "Authorization: Bearer <token>" (the document any

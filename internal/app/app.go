@@ -18,7 +18,9 @@
 //     (readiness before the services run) and its bounded stop;
 //   - natsflags.go: the NATS credential and TLS flags every binary takes;
 //   - dbusers.go: each service's Postgres login user in exactly its roles
-//     (opledger db-users).
+//     (opledger db-users);
+//   - intents.go: how the HTTP intent API reaches NATS, one connection per
+//     tenant as that tenant's agent.
 //
 // cmd/opledger and the binaries under services/ are thin mains over it.
 package app
