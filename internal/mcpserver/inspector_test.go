@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/mcpserver"
+	"github.com/opledger/opledger/pkg/adapter/mcpadapter"
 )
 
 // inspector finds the MCP Inspector's CLI installed on this machine:
@@ -76,4 +78,53 @@ func TestInspectorCLI(t *testing.T) {
 	require.Equal(t, first["operation_id"], second["operation_id"])
 	require.Equal(t, true, second["replayed"])
 	require.Len(t, e.stack.Vendors.EffectsByKey("email"), 1, "one email")
+}
+
+// TestInspectorCLIProxy is the same outside client against the proxy in
+// front of an MCP payment server that does not deduplicate: the upstream
+// loses its answer to the first charge, the Inspector's call still ends
+// with the charge found by the registry's verify tool, and a re-plan (a
+// new process, a new tool-call id) is the same operation. One charge.
+func TestInspectorCLIProxy(t *testing.T) {
+	t.Parallel()
+	bin := inspector(t)
+	e := setup(t)
+	ctx := context.Background()
+	px, err := mcpserver.ConnectProxy(ctx, "payments_mcp", mcpadapter.Upstream{URL: e.up.url})
+	require.NoError(t, err)
+	t.Cleanup(px.Close)
+	cfg := mcpserver.Config{Door: e.door(t, 20*time.Second), Workflow: "wf_inspector_px", Reader: e.viewer, Name: "opledger-proxy",
+		Log: zerolog.Nop(), ArgumentFallback: true}
+	px.Configure(&cfg, e.catalog, zerolog.Nop())
+	srv, err := mcpserver.New(cfg)
+	require.NoError(t, err)
+	url := serveHTTP(t, srv)
+	run := func(args ...string) map[string]any {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, bin, append([]string{"--cli", url, "--transport", "http"}, args...)...).Output()
+		require.NoError(t, err, "%s", out)
+		var v map[string]any
+		require.NoError(t, json.Unmarshal(out, &v), "%s", out)
+		return v
+	}
+	var names []string
+	for _, tl := range run("--method", "tools/list")["tools"].([]any) {
+		names = append(names, tl.(map[string]any)["name"].(string))
+	}
+	require.ElementsMatch(t, []string{"charge_card", "list_charges", mcpserver.ToolGetOperation, mcpserver.ToolListOperations}, names)
+
+	e.up.dropNext.Store(1)
+	charge := func(callID string) map[string]any {
+		return run("--method", "tools/call", "--tool-name", "charge_card", "--tool-arg", "order_id=ord_insp_px",
+			"amount_cents=2500", "_opledger_conversation_id=conv_insp_px", "_opledger_tool_call_id="+callID)["structuredContent"].(map[string]any)
+	}
+	first := charge("call_1")
+	require.Equal(t, "completed_success", first["status"], "%v", first)
+	replan := charge("call_2")
+	require.Equal(t, first["operation_id"], replan["operation_id"])
+	require.Equal(t, "duplicate_operation", replan["decision"])
+	require.Len(t, e.up.of("ord_insp_px"), 1, "one charge at the upstream")
+	require.EqualValues(t, 1, e.up.calls.Load(), "create_charge was called once in all")
 }

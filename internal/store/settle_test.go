@@ -39,7 +39,9 @@ func TestTransitionWritesTheWholeDecision(t *testing.T) {
 	o, att := b.claimed(t, "k1")
 	require.WithinDuration(t, att.StartedAt.Add(2*time.Second), att.DeadlineAt, time.Millisecond)
 	var deadline time.Time
-	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT deadline_at - started_at = interval '2 seconds' AND true, deadline_at FROM attempts WHERE id = $1`, att.ID).Scan(new(bool), &deadline))
+	var twoSeconds bool
+	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT deadline_at - started_at = interval '2 seconds', deadline_at FROM attempts WHERE id = $1`, att.ID).Scan(&twoSeconds, &deadline))
+	require.True(t, twoSeconds, "the stored deadline is the claim time plus the tool's timeout, in SQL")
 
 	a := *att
 	a.Outcome, a.ErrorCategory, a.Error = op.OutcomeRetryable, "rate_limited", "vendor answered HTTP 429"

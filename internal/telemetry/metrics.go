@@ -51,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "opledger_commands_suppressed_total", Help: "Commands that arrived for an operation past the state they were written for and changed nothing (redeliveries, stale epochs).",
 		}, []string{"kind", "tool"}),
 		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "opledger_reconciliations_total", Help: "Reconciliation results by tool and verdict (found, not_found, pending, error, escalated).",
+			Name: "opledger_reconciliations_total", Help: "Reconciliation results by tool and verdict (found, not_found, pending, error, escalated; webhook: settled by a webhook that had already told, without a lookup).",
 		}, []string{"tool", "verdict"}),
 		redriven: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opledger_commands_redriven_total", Help: "Commands written again because an operation waited too long with none in the outbox (a command lost after publish).",

@@ -88,6 +88,7 @@ type bundle struct {
 	logs     *syncBuffer // everything the intake and the settler logged, at debug level
 	url      string
 	metrics  *prometheus.Registry
+	m        *telemetry.Metrics // registered in metrics
 	settler  *evidence.Settler
 	ingestSt *store.Store // the intake's store, logged in as planner-ingest's role
 }
@@ -121,7 +122,7 @@ func setup(t *testing.T) bundle {
 	in.Mount(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	b := bundle{Env: e, logs: logs, url: srv.URL, metrics: reg, settler: settler, ingestSt: st}
+	b := bundle{Env: e, logs: logs, url: srv.URL, metrics: reg, m: m, settler: settler, ingestSt: st}
 	t.Cleanup(func() { b.noSecretLogged(t) })
 	return b
 }
@@ -442,12 +443,15 @@ func TestWebhookBeforeDispatchIsHeldThenApplied(t *testing.T) {
 	rst, err := store.Open(b.Ctx, testdb.User(t, b.DBURL, "opledger_reconciler"), store.Options{})
 	require.NoError(t, err)
 	defer rst.Close()
-	rc := reconcile.New(reconcile.Config{Name: "reconciler-1", Evidence: b.settler}, rst, b.Bus, b.Registry, b.Adapters, nil, b.Log)
+	rc := reconcile.New(reconcile.Config{Name: "reconciler-1", Evidence: b.settler}, rst, b.Bus, b.Registry, b.Adapters, b.m, b.Log)
 	require.NoError(t, rc.Handle(b.Ctx, b.LastCommand(t, o, wire.KindUnknown).Delivery(1)))
 	o = b.Operation(t, o.ID)
 	require.Equal(t, op.StateCompletedSuccess, o.State)
 	require.Equal(t, "ch_early", o.ExternalObjectID)
 	require.Zero(t, b.Vendors.Stats().Requests[vendors.RouteCaptureLookup], "the vendor was not asked")
+	require.Equal(t, 1.0, b.counter(t, "opledger_reconciliations_total", map[string]string{"tool": "capture_payment", "verdict": "webhook"}),
+		"the reconciler counts an outcome a webhook resolved apart from its lookups")
+	require.Zero(t, b.counter(t, "opledger_reconciliations_total", map[string]string{"tool": "capture_payment", "verdict": "found"}))
 	e, err = b.Store.EvidenceGet(b.Ctx, "payments", "msg_early")
 	require.NoError(t, err)
 	require.Equal(t, store.EvidenceApplied, e.Status)
