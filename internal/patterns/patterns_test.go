@@ -608,12 +608,18 @@ func (s *system) api(method, path string, body, out any) error {
 // process (all when none), quick maintenance and reconciliation.
 func start(t *testing.T, run ...string) *system {
 	t.Helper()
+	return startWith(t, app.RegistryConfig{}, run...)
+}
+
+// startWith is start with the registry reg names.
+func startWith(t *testing.T, reg app.RegistryConfig, run ...string) *system {
+	t.Helper()
 	token, entry, err := api.GenerateToken("approver_1", ops.RoleApprover)
 	require.NoError(t, err)
 	tokens, err := api.NewTokens([]api.TokenEntry{entry})
 	require.NoError(t, err)
 	d, err := app.StartStack(context.Background(), app.StackConfig{
-		HTTPAddr: "127.0.0.1:0", APITokens: tokens,
+		HTTPAddr: "127.0.0.1:0", APITokens: tokens, Registry: reg,
 		Infra: app.InfraConfig{DatabaseURL: testdb.New(t), MemoryStreams: true},
 		Services: app.ServicesConfig{Run: run,
 			Reconcile: reconcile.Config{SettleDelay: 500 * time.Millisecond},
