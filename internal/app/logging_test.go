@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -113,4 +114,39 @@ func keys(m map[string]bool) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// NewLogger: console is zerolog's human-readable line (no JSON, no colour
+// codes off a terminal), json is one object a line, auto is json when not
+// on a terminal; an unknown format or level is refused, naming the choices.
+func TestLoggerFormats(t *testing.T) {
+	t.Parallel()
+	line := func(format string) string {
+		t.Helper()
+		var b bytes.Buffer
+		lg, err := app.NewLogger(&b, "info", format)
+		require.NoError(t, err)
+		lg.Warn().Str("service", "dispatcher").Int64("latency_ms", 12).Msg("attempt recorded")
+		return b.String()
+	}
+	console := line(app.LogConsole)
+	require.Contains(t, console, "WRN")
+	require.Contains(t, console, "attempt recorded")
+	require.Contains(t, console, "service=dispatcher")
+	require.Contains(t, console, "latency_ms=12")
+	require.NotContains(t, console, "\x1b[", "no colour codes when the output is not a terminal")
+	require.False(t, json.Valid([]byte(strings.TrimSpace(console))), "console is not JSON: %s", console)
+
+	for _, format := range []string{app.LogJSON, app.LogAuto} {
+		var v map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line(format)), &v), format)
+		require.Equal(t, "warn", v["level"], format)
+		require.Equal(t, "dispatcher", v["service"], format)
+		require.EqualValues(t, 12, v["latency_ms"], format)
+	}
+
+	_, err := app.NewLogger(io.Discard, "info", "pretty")
+	require.ErrorContains(t, err, `unknown log format "pretty" (use json, console or auto)`)
+	_, err = app.NewLogger(io.Discard, "loud", app.LogJSON)
+	require.ErrorContains(t, err, `unknown log level "loud"`)
 }
