@@ -404,23 +404,3 @@ func TestIntentsIgnorePublishersMsgID(t *testing.T) {
 	require.False(t, publish(wire.TenantIntentSubject("victim", "wf_1")).Duplicate)
 	require.False(t, publish(wire.TenantIntentSubject("victim", "wf_1")).Duplicate)
 }
-
-// Check, which /readyz reports, names a bound consumer the server no longer
-// has (deleted, or lost with the store) until Consume has recreated it.
-func TestCheckNamesAConsumerThatIsGone(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stop, err := e.bus.Consume(ctx, bus.ConsumerConfig{
-		Stream: wire.StreamOps, Durable: "readiness", Filters: []string{wire.OpsFilter(wire.KindDispatch)},
-		Workers: 1, CheckInterval: time.Hour, // no repair during the test
-	}, func(context.Context, bus.Delivery) error { return nil })
-	require.NoError(t, err)
-	defer stop()
-	require.NoError(t, e.bus.Check(ctx))
-	require.NoError(t, e.js.DeleteConsumer(ctx, wire.StreamOps, "readiness"))
-	err = e.bus.Check(ctx)
-	require.ErrorContains(t, err, "consumer readiness on stream "+wire.StreamOps)
-	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound)
-}
