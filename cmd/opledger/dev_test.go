@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,24 +12,6 @@ import (
 
 	"github.com/opledger/opledger/internal/testdb"
 )
-
-// lockedBuffer is a strings.Builder safe to read while dev writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestDevAPIStaysOnLoopbackBehindItsToken: dev prints an admin token, so
 // it refuses to serve its API anywhere but loopback, and even there every
@@ -58,7 +39,7 @@ func TestDevAPIStaysOnLoopbackBehindItsToken(t *testing.T) {
 		return "", false
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut lockedBuffer
+	var out, errOut syncBuf // canary_test.go
 	done := make(chan error, 1)
 	go func() {
 		done <- runDev(ctx, []string{"-http", "127.0.0.1:0", "-log", "disabled", "-dispatchers", "1"}, env, &out, &errOut)

@@ -37,6 +37,22 @@ func inspector(t *testing.T) string {
 	return p
 }
 
+// inspectorCLI returns a function that runs the Inspector's CLI once (a
+// new process, a new session) against the streamable HTTP endpoint url
+// with args and decodes its JSON answer.
+func inspectorCLI(t *testing.T, bin, url string) func(args ...string) map[string]any {
+	return func(args ...string) map[string]any {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, bin, append([]string{"--cli", url, "--transport", "http"}, args...)...).Output()
+		require.NoError(t, err, "%s", out)
+		var v map[string]any
+		require.NoError(t, json.Unmarshal(out, &v), "%s", out)
+		return v
+	}
+}
+
 // TestInspectorCLI is a scripted check with an outside client, the MCP
 // Inspector in --cli mode, over streamable HTTP: it lists the tools and
 // calls send_email twice under one tool-call id (the Inspector cannot set
@@ -50,16 +66,7 @@ func TestInspectorCLI(t *testing.T) {
 	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
-	run := func(args ...string) map[string]any {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, bin, append([]string{"--cli", hs.URL + "/mcp", "--transport", "http"}, args...)...).Output()
-		require.NoError(t, err, "%s", out)
-		var v map[string]any
-		require.NoError(t, json.Unmarshal(out, &v), "%s", out)
-		return v
-	}
+	run := inspectorCLI(t, bin, hs.URL+"/mcp")
 	list := run("--method", "tools/list")
 	names := map[string]map[string]any{}
 	for _, tl := range list["tools"].([]any) {
@@ -98,17 +105,7 @@ func TestInspectorCLIProxy(t *testing.T) {
 	px.Configure(&cfg, e.catalog, zerolog.Nop())
 	srv, err := mcpserver.New(cfg)
 	require.NoError(t, err)
-	url := serveHTTP(t, srv)
-	run := func(args ...string) map[string]any {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, bin, append([]string{"--cli", url, "--transport", "http"}, args...)...).Output()
-		require.NoError(t, err, "%s", out)
-		var v map[string]any
-		require.NoError(t, json.Unmarshal(out, &v), "%s", out)
-		return v
-	}
+	run := inspectorCLI(t, bin, serveHTTP(t, srv))
 	var names []string
 	for _, tl := range run("--method", "tools/list")["tools"].([]any) {
 		names = append(names, tl.(map[string]any)["name"].(string))
