@@ -306,3 +306,212 @@ func (q *Queries) OperationSubmitNew(ctx context.Context, arg OperationSubmitNew
 	)
 	return i, err
 }
+
+const operationSubmitNewBatch = `-- name: OperationSubmitNewBatch :many
+WITH input AS (
+    SELECT id, source, event_id, payload_hash, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, compensates_operation_id, trace_id, proposed_by, tenant, created_detail, actor FROM ROWS FROM (
+        unnest($1::text[]), unnest($2::text[]), unnest($3::text[]), unnest($4::text[]),
+        unnest($5::text[]), unnest($6::text[]), unnest($7::text[]), unnest($8::int[]),
+        unnest($9::text[]), unnest($10::text[]), unnest($11::text[]),
+        unnest($12::text[]), unnest($13::text[]), unnest($14::text[]),
+        unnest($15::text[]), unnest($16::text[]), unnest($17::text[]),
+        unnest($18::text[]), unnest($19::text[]), unnest($20::text[]), unnest($21::jsonb[]),
+        unnest($22::text[])
+    ) AS i(id, source, event_id, payload_hash, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
+           args_canonical, args_hash, side_effect_class, idempotency_key, state, compensates_operation_id,
+           trace_id, proposed_by, tenant, created_detail, actor)
+), inbox_rows AS (
+    INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, rejected, operation_id,
+                       received_at, last_seen_at)
+    SELECT i.source, i.event_id, '', i.payload_hash, i.workflow_id, 'new', '', false, i.id,
+           coalesce($23::timestamptz, now()), coalesce($23::timestamptz, now())
+    FROM input i
+), created AS (
+    INSERT INTO operations (
+        id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
+        args_canonical, args_hash, side_effect_class, idempotency_key, state, version, origin_event_id,
+        compensates_operation_id, trace_id, proposed_by, dedupe_key, tenant, created_at, updated_at
+    )
+    SELECT i.id, i.workflow_id, i.run_id, i.tool, i.tool_version, i.intent, i.entity_type, i.entity_id,
+           i.args_canonical, i.args_hash, i.side_effect_class, i.idempotency_key, i.state, 2, i.event_id,
+           nullif(i.compensates_operation_id, ''), i.trace_id, i.proposed_by, '', i.tenant,
+           coalesce($23::timestamptz, now()), coalesce($23::timestamptz, now())
+    FROM input i
+    RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id
+), events AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, actor, detail, at)
+    SELECT created.id, e.seq, e.event, e.from_state, e.to_state, 0, i.actor, e.detail, created.created_at
+    FROM created
+    JOIN input i ON i.id = created.id
+    CROSS JOIN LATERAL (VALUES (1, 'create', '', 'planned', i.created_detail),
+                               (2, $24::text, 'planned', created.state, NULL::jsonb)) AS e(seq, event, from_state, to_state, detail)
+), outbox_rows AS (
+    INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
+    SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
+           coalesce($23::timestamptz, now()) + make_interval(secs => m.delay_seconds)
+    FROM ROWS FROM (unnest($25::text[]), unnest($26::text[]), unnest($27::jsonb[]),
+                    unnest($28::bytea[]), unnest($29::text[]), unnest($30::float8[]))
+         AS m(subject, msg_id, headers, payload, operation_id, delay_seconds)
+)
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM created
+`
+
+type OperationSubmitNewBatchParams struct {
+	Ids                     []string
+	Sources                 []string
+	EventIds                []string
+	PayloadHashes           []string
+	WorkflowIds             []string
+	RunIds                  []string
+	Tools                   []string
+	ToolVersions            []int32
+	Intents                 []string
+	EntityTypes             []string
+	EntityIds               []string
+	ArgsCanonicals          []string
+	ArgsHashes              []string
+	SideEffectClasses       []string
+	IdempotencyKeys         []string
+	States                  []string
+	CompensatesOperationIds []string
+	TraceIds                []string
+	ProposedBys             []string
+	Tenants                 []string
+	CreatedDetails          [][]byte
+	Actors                  []string
+	Now                     *time.Time
+	Initial                 string
+	Subjects                []string
+	MsgIds                  []string
+	Headers                 [][]byte
+	Payloads                [][]byte
+	OperationIds            []string
+	Delays                  []float64
+}
+
+type OperationSubmitNewBatchRow struct {
+	ID                      string
+	WorkflowID              string
+	RunID                   string
+	Tool                    string
+	ToolVersion             int32
+	Intent                  string
+	EntityType              string
+	EntityID                string
+	ArgsCanonical           string
+	ArgsHash                string
+	SideEffectClass         string
+	IdempotencyKey          string
+	State                   string
+	AttemptCount            int32
+	LeaseEpoch              int64
+	ExternalRequestID       string
+	ExternalObjectID        string
+	CompensatesOperationID  *string
+	TraceID                 string
+	LastErrorCategory       string
+	LastError               string
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+	Version                 int64
+	OriginEventID           string
+	Generation              int32
+	GenerationStartedAt     *time.Time
+	GenerationAttemptBase   int32
+	ProposedBy              string
+	DedupeKey               string
+	Tenant                  string
+	CompensationOperationID *string
+}
+
+// OperationSubmitNew for many new intents in one statement (group commit):
+// element i of every per-operation array is operation i; each has the two
+// first events (create, then @initial) and its outbox rows come flattened,
+// each naming its operation. One statement pays its executor start-up,
+// constraint preparation, plan lookup and commit once for all of them
+// instead of once each. It is all or nothing: a known event id or key
+// among them fails the whole statement with a unique violation, nothing is
+// written, and the caller submits each one on its own (Store.Submit).
+func (q *Queries) OperationSubmitNewBatch(ctx context.Context, arg OperationSubmitNewBatchParams) ([]OperationSubmitNewBatchRow, error) {
+	rows, err := q.db.Query(ctx, operationSubmitNewBatch,
+		arg.Ids,
+		arg.Sources,
+		arg.EventIds,
+		arg.PayloadHashes,
+		arg.WorkflowIds,
+		arg.RunIds,
+		arg.Tools,
+		arg.ToolVersions,
+		arg.Intents,
+		arg.EntityTypes,
+		arg.EntityIds,
+		arg.ArgsCanonicals,
+		arg.ArgsHashes,
+		arg.SideEffectClasses,
+		arg.IdempotencyKeys,
+		arg.States,
+		arg.CompensatesOperationIds,
+		arg.TraceIds,
+		arg.ProposedBys,
+		arg.Tenants,
+		arg.CreatedDetails,
+		arg.Actors,
+		arg.Now,
+		arg.Initial,
+		arg.Subjects,
+		arg.MsgIds,
+		arg.Headers,
+		arg.Payloads,
+		arg.OperationIds,
+		arg.Delays,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OperationSubmitNewBatchRow{}
+	for rows.Next() {
+		var i OperationSubmitNewBatchRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.WorkflowID,
+			&i.RunID,
+			&i.Tool,
+			&i.ToolVersion,
+			&i.Intent,
+			&i.EntityType,
+			&i.EntityID,
+			&i.ArgsCanonical,
+			&i.ArgsHash,
+			&i.SideEffectClass,
+			&i.IdempotencyKey,
+			&i.State,
+			&i.AttemptCount,
+			&i.LeaseEpoch,
+			&i.ExternalRequestID,
+			&i.ExternalObjectID,
+			&i.CompensatesOperationID,
+			&i.TraceID,
+			&i.LastErrorCategory,
+			&i.LastError,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Version,
+			&i.OriginEventID,
+			&i.Generation,
+			&i.GenerationStartedAt,
+			&i.GenerationAttemptBase,
+			&i.ProposedBy,
+			&i.DedupeKey,
+			&i.Tenant,
+			&i.CompensationOperationID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -64,3 +64,59 @@ WITH inbox_row AS (
                  unnest(@operation_ids::text[]) AS operation_id, unnest(@delays::float8[]) AS delay_seconds) AS m
 )
 SELECT * FROM created;
+
+-- name: OperationSubmitNewBatch :many
+-- OperationSubmitNew for many new intents in one statement (group commit):
+-- element i of every per-operation array is operation i; each has the two
+-- first events (create, then @initial) and its outbox rows come flattened,
+-- each naming its operation. One statement pays its executor start-up,
+-- constraint preparation, plan lookup and commit once for all of them
+-- instead of once each. It is all or nothing: a known event id or key
+-- among them fails the whole statement with a unique violation, nothing is
+-- written, and the caller submits each one on its own (Store.Submit).
+WITH input AS (
+    SELECT * FROM ROWS FROM (
+        unnest(@ids::text[]), unnest(@sources::text[]), unnest(@event_ids::text[]), unnest(@payload_hashes::text[]),
+        unnest(@workflow_ids::text[]), unnest(@run_ids::text[]), unnest(@tools::text[]), unnest(@tool_versions::int[]),
+        unnest(@intents::text[]), unnest(@entity_types::text[]), unnest(@entity_ids::text[]),
+        unnest(@args_canonicals::text[]), unnest(@args_hashes::text[]), unnest(@side_effect_classes::text[]),
+        unnest(@idempotency_keys::text[]), unnest(@states::text[]), unnest(@compensates_operation_ids::text[]),
+        unnest(@trace_ids::text[]), unnest(@proposed_bys::text[]), unnest(@tenants::text[]), unnest(@created_details::jsonb[]),
+        unnest(@actors::text[])
+    ) AS i(id, source, event_id, payload_hash, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
+           args_canonical, args_hash, side_effect_class, idempotency_key, state, compensates_operation_id,
+           trace_id, proposed_by, tenant, created_detail, actor)
+), inbox_rows AS (
+    INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, rejected, operation_id,
+                       received_at, last_seen_at)
+    SELECT i.source, i.event_id, '', i.payload_hash, i.workflow_id, 'new', '', false, i.id,
+           coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM input i
+), created AS (
+    INSERT INTO operations (
+        id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
+        args_canonical, args_hash, side_effect_class, idempotency_key, state, version, origin_event_id,
+        compensates_operation_id, trace_id, proposed_by, dedupe_key, tenant, created_at, updated_at
+    )
+    SELECT i.id, i.workflow_id, i.run_id, i.tool, i.tool_version, i.intent, i.entity_type, i.entity_id,
+           i.args_canonical, i.args_hash, i.side_effect_class, i.idempotency_key, i.state, 2, i.event_id,
+           nullif(i.compensates_operation_id, ''), i.trace_id, i.proposed_by, '', i.tenant,
+           coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM input i
+    RETURNING *
+), events AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, actor, detail, at)
+    SELECT created.id, e.seq, e.event, e.from_state, e.to_state, 0, i.actor, e.detail, created.created_at
+    FROM created
+    JOIN input i ON i.id = created.id
+    CROSS JOIN LATERAL (VALUES (1, 'create', '', 'planned', i.created_detail),
+                               (2, @initial::text, 'planned', created.state, NULL::jsonb)) AS e(seq, event, from_state, to_state, detail)
+), outbox_rows AS (
+    INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
+    SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
+           coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => m.delay_seconds)
+    FROM ROWS FROM (unnest(@subjects::text[]), unnest(@msg_ids::text[]), unnest(@headers::jsonb[]),
+                    unnest(@payloads::bytea[]), unnest(@operation_ids::text[]), unnest(@delays::float8[]))
+         AS m(subject, msg_id, headers, payload, operation_id, delay_seconds)
+)
+SELECT * FROM created;

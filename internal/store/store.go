@@ -35,6 +35,8 @@ type Store struct {
 	onOutbox func(due []Message)
 	// timeout bounds statements without a deadline (Options.StatementTimeout).
 	timeout time.Duration
+	// group writes concurrent simple submissions together (Options.GroupCommit); nil: one by one.
+	group *group
 }
 
 // reads holds what works the same on the pool and in a transaction.
@@ -67,6 +69,10 @@ type Options struct {
 	// from the table (see internal/outbox.Waker). It must not block, and it
 	// must not keep or change the slice's messages beyond publishing them.
 	OnOutbox func(due []Message)
+	// GroupCommit is the most new intents written by one statement when
+	// Submit is called concurrently (default DefaultGroupCommit; 1 writes
+	// each on its own): see group.
+	GroupCommit int
 	// HandoffGrace is how long the rows of messages handed to OnOutbox are
 	// left to the relay they were handed to before any relay may claim them
 	// (default DefaultHandoffGrace; ignored without OnOutbox): they are
@@ -128,8 +134,12 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	if opts.OnOutbox != nil {
 		handoff = cmp.Or(max(opts.HandoffGrace, 0), DefaultHandoffGrace)
 	}
-	return &Store{reads: reads{q: dbsqlc.New(wrapDeadline(pool, opts.StatementTimeout)), clock: opts.Clock, handoff: handoff}, pool: pool,
-		onOutbox: opts.OnOutbox, timeout: opts.StatementTimeout}, nil
+	s := &Store{reads: reads{q: dbsqlc.New(wrapDeadline(pool, opts.StatementTimeout)), clock: opts.Clock, handoff: handoff}, pool: pool,
+		onOutbox: opts.OnOutbox, timeout: opts.StatementTimeout}
+	if n := cmp.Or(opts.GroupCommit, DefaultGroupCommit); n > 1 {
+		s.group = &group{s: s, max: n}
+	}
+	return s, nil
 }
 
 // Close releases every connection.
@@ -263,7 +273,16 @@ func isNotFound(err error) bool { return errors.Is(err, op.ErrNotFound) }
 // Submit runs Tx.Submit in its own transaction.
 func (s *Store) Submit(ctx context.Context, sub Submission) (*SubmitResult, error) {
 	if sub.simple() {
-		res, err := s.submitNew(ctx, sub)
+		var res *SubmitResult
+		var err error
+		if s.group != nil {
+			var n *newSubmission
+			if n, err = s.prepareNew(sub); err == nil {
+				res, err = s.group.submit(ctx, n)
+			}
+		} else {
+			res, err = s.submitNew(ctx, sub)
+		}
 		if !errors.Is(err, op.ErrConflict) {
 			return res, err
 		}

@@ -296,6 +296,30 @@ func (s Submission) simple() bool {
 // which decides. The messages handed to OnOutbox and the answer describe
 // the operation as the statement creates it.
 func (s *Store) submitNew(ctx context.Context, sub Submission) (*SubmitResult, error) {
+	n, err := s.prepareNew(sub)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.execNew(ctx, n); err != nil {
+		return nil, err
+	}
+	return n.res, nil
+}
+
+// newSubmission is a simple submission made ready for OperationSubmitNew
+// or, with others, OperationSubmitNewBatch.
+type newSubmission struct {
+	sub     Submission
+	p       dbsqlc.OperationSubmitNewParams
+	rows    outboxRows
+	res     *SubmitResult
+	created []byte // the create event's detail
+}
+
+// prepareNew builds what submitNew writes for sub: the operation as it will
+// be created, its outbox rows (the dispatch command and the answer, whose
+// Answer sees the operation as created) and the statement's parameters.
+func (s *Store) prepareNew(sub Submission) (*newSubmission, error) {
 	o := *sub.Operation
 	state, err := op.Transition(op.StatePlanned, sub.Initial)
 	if err != nil {
@@ -343,13 +367,82 @@ func (s *Store) submitNew(ctx context.Context, sub Submission) (*SubmitResult, e
 		Details: [][]byte{created, nil},
 	}
 	p.Subjects, p.MsgIds, p.Headers, p.Payloads, p.OperationIds, p.Delays = rows.columns()
-	row, err := s.q.OperationSubmitNew(ctx, p)
+	return &newSubmission{sub: sub, p: p, rows: rows, res: res, created: created}, nil
+}
+
+// execNew writes one prepared submission with OperationSubmitNew.
+func (s *Store) execNew(ctx context.Context, n *newSubmission) error {
+	row, err := s.q.OperationSubmitNew(ctx, n.p)
 	if err != nil {
-		return nil, fmt.Errorf("submit %s/%s: %w", sub.Source, sub.EventID, translate(err))
+		return fmt.Errorf("submit %s/%s: %w", n.sub.Source, n.sub.EventID, translate(err))
 	}
-	res.Operation = toOperation(dbsqlc.Operation(row))
-	s.handOff(rows.due)
-	return res, nil
+	n.res.Operation = toOperation(dbsqlc.Operation(row))
+	s.handOff(n.rows.due)
+	return nil
+}
+
+// execNewBatch writes prepared submissions with one OperationSubmitNewBatch,
+// all or nothing; they must share Initial (simple ones do: op.EventEnqueue). On success each one's
+// result holds its operation as created.
+func (s *Store) execNewBatch(ctx context.Context, batch []*newSubmission) error {
+	first := batch[0].sub
+	p := dbsqlc.OperationSubmitNewBatchParams{Now: s.now(), Initial: string(first.Initial)}
+	var due []Message
+	for _, n := range batch {
+		q := n.p
+		p.Ids = append(p.Ids, *q.ID)
+		p.Sources = append(p.Sources, q.Source)
+		p.EventIds = append(p.EventIds, q.EventID)
+		p.PayloadHashes = append(p.PayloadHashes, q.PayloadHash)
+		p.WorkflowIds = append(p.WorkflowIds, q.WorkflowID)
+		p.RunIds = append(p.RunIds, q.RunID)
+		p.Tools = append(p.Tools, q.Tool)
+		p.ToolVersions = append(p.ToolVersions, q.ToolVersion)
+		p.Intents = append(p.Intents, q.Intent)
+		p.EntityTypes = append(p.EntityTypes, q.EntityType)
+		p.EntityIds = append(p.EntityIds, q.EntityID)
+		p.ArgsCanonicals = append(p.ArgsCanonicals, q.ArgsCanonical)
+		p.ArgsHashes = append(p.ArgsHashes, q.ArgsHash)
+		p.SideEffectClasses = append(p.SideEffectClasses, q.SideEffectClass)
+		p.IdempotencyKeys = append(p.IdempotencyKeys, q.IdempotencyKey)
+		p.States = append(p.States, q.State)
+		p.CompensatesOperationIds = append(p.CompensatesOperationIds, derefOr(q.CompensatesOperationID))
+		p.TraceIds = append(p.TraceIds, q.TraceID)
+		p.ProposedBys = append(p.ProposedBys, q.ProposedBy)
+		p.Tenants = append(p.Tenants, q.Tenant)
+		p.CreatedDetails = append(p.CreatedDetails, n.created)
+		p.Actors = append(p.Actors, q.Actor)
+		p.Subjects = append(p.Subjects, q.Subjects...)
+		p.MsgIds = append(p.MsgIds, q.MsgIds...)
+		p.Headers = append(p.Headers, q.Headers...)
+		p.Payloads = append(p.Payloads, q.Payloads...)
+		p.OperationIds = append(p.OperationIds, q.OperationIds...)
+		p.Delays = append(p.Delays, q.Delays...)
+		due = append(due, n.rows.due...)
+	}
+	rows, err := s.q.OperationSubmitNewBatch(ctx, p)
+	if err != nil {
+		return fmt.Errorf("submit %d intents at once: %w", len(batch), translate(err))
+	}
+	byID := make(map[string]dbsqlc.Operation, len(rows))
+	for _, r := range rows {
+		byID[r.ID] = dbsqlc.Operation(r)
+	}
+	if len(byID) != len(batch) {
+		return fmt.Errorf("submit %d intents at once: %d operations created", len(batch), len(byID))
+	}
+	for _, n := range batch {
+		n.res.Operation = toOperation(byID[*n.p.ID])
+	}
+	s.handOff(due)
+	return nil
+}
+
+func derefOr(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // beyondKey applies the rules beyond the key to a submission whose key is
