@@ -973,3 +973,254 @@ func (q *Queries) OperationTransitionFinishing(ctx context.Context, arg Operatio
 	)
 	return i, err
 }
+
+const operationTransitionFinishingBatch = `-- name: OperationTransitionFinishingBatch :many
+WITH input AS (
+    SELECT id, from_state, lease_epoch, to_state, event_count, bump_epoch, reopen, external_request_id, external_object_id, compensation_operation_id, set_error, error_category, error, release_lease, require_lease, attempt_id, actor, finish_attempt_id, outcome, attempt_error_category, attempt_error, http_status, attempt_external_request_id, attempt_external_object_id, n FROM ROWS FROM (
+        unnest($1::text[]), unnest($2::text[]), unnest($3::bigint[]), unnest($4::text[]),
+        unnest($5::int[]), unnest($6::boolean[]), unnest($7::boolean[]),
+        unnest($8::text[]), unnest($9::text[]), unnest($10::text[]),
+        unnest($11::boolean[]), unnest($12::text[]), unnest($13::text[]),
+        unnest($14::boolean[]), unnest($15::boolean[]), unnest($16::text[]), unnest($17::text[]),
+        unnest($18::text[]), unnest($19::text[]), unnest($20::text[]),
+        unnest($21::text[]), unnest($22::int[]), unnest($23::text[]),
+        unnest($24::text[])
+    ) WITH ORDINALITY AS i(id, from_state, lease_epoch, to_state, event_count, bump_epoch, reopen,
+                           external_request_id, external_object_id, compensation_operation_id,
+                           set_error, error_category, error, release_lease, require_lease, attempt_id, actor,
+                           finish_attempt_id, outcome, attempt_error_category, attempt_error, http_status,
+                           attempt_external_request_id, attempt_external_object_id, n)
+), finished AS (
+    UPDATE attempts SET
+        finished_at = coalesce($25::timestamptz, now()),
+        outcome = i.outcome, error_category = i.attempt_error_category, error = i.attempt_error, http_status = i.http_status,
+        external_request_id = i.attempt_external_request_id, external_object_id = i.attempt_external_object_id
+    FROM input i
+    WHERE attempts.id = i.finish_attempt_id
+      AND (attempts.finished_at IS NULL OR (attempts.error_category = 'swept' AND i.attempt_error_category <> 'swept'))
+), changed AS (
+    UPDATE operations SET
+        state               = i.to_state,
+        version             = operations.version + i.event_count,
+        lease_epoch         = operations.lease_epoch + CASE WHEN i.bump_epoch THEN 1 ELSE 0 END,
+        generation          = operations.generation + CASE WHEN i.reopen THEN 1 ELSE 0 END,
+        generation_started_at = CASE WHEN i.reopen THEN coalesce($25::timestamptz, now())
+                                     ELSE operations.generation_started_at END,
+        generation_attempt_base = CASE WHEN i.reopen THEN operations.attempt_count
+                                       ELSE operations.generation_attempt_base END,
+        external_request_id = coalesce(nullif(i.external_request_id, ''), operations.external_request_id),
+        external_object_id  = coalesce(nullif(i.external_object_id, ''), operations.external_object_id),
+        compensation_operation_id = coalesce(nullif(i.compensation_operation_id, ''), operations.compensation_operation_id),
+        last_error_category = CASE WHEN i.set_error THEN i.error_category ELSE operations.last_error_category END,
+        last_error          = CASE WHEN i.set_error THEN i.error ELSE operations.last_error END,
+        updated_at          = coalesce($25::timestamptz, now())
+    FROM input i
+    WHERE operations.id = i.id AND operations.state = i.from_state AND operations.lease_epoch = i.lease_epoch
+      AND (NOT i.require_lease OR EXISTS (
+          SELECT 1 FROM entity_leases l
+          WHERE l.entity_type = operations.entity_type AND l.entity_id = operations.entity_id AND l.operation_id = operations.id
+            AND l.expires_at >= coalesce($25::timestamptz, now())))
+    RETURNING operations.id, operations.workflow_id, operations.run_id, operations.tool, operations.tool_version, operations.intent, operations.entity_type, operations.entity_id, operations.args_canonical, operations.args_hash, operations.side_effect_class, operations.idempotency_key, operations.state, operations.attempt_count, operations.lease_epoch, operations.external_request_id, operations.external_object_id, operations.compensates_operation_id, operations.trace_id, operations.last_error_category, operations.last_error, operations.created_at, operations.updated_at, operations.version, operations.origin_event_id, operations.generation, operations.generation_started_at, operations.generation_attempt_base, operations.proposed_by, operations.dedupe_key, operations.tenant, operations.compensation_operation_id
+), released AS (
+    DELETE FROM entity_leases
+    USING changed JOIN input i ON i.id = changed.id
+    WHERE entity_leases.operation_id = changed.id AND i.release_lease
+), appended AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
+    SELECT changed.id, prev.seq + e.ord,
+           e.event, e.from_state, e.to_state, changed.lease_epoch, i.attempt_id, i.actor, e.detail, changed.updated_at
+    FROM changed
+    JOIN input i ON i.id = changed.id
+    CROSS JOIN LATERAL (SELECT coalesce(max(oe.seq), 0) AS seq FROM operation_events oe WHERE oe.operation_id = changed.id) AS prev
+    JOIN ROWS FROM (unnest($26::int[]), unnest($27::int[]), unnest($28::text[]),
+                    unnest($29::text[]), unnest($30::text[]), unnest($31::jsonb[]))
+         AS e(change, ord, event, from_state, to_state, detail) ON e.change = i.n
+), queued AS (
+    INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
+    SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
+           coalesce($25::timestamptz, now()) + make_interval(secs => m.delay_seconds)
+    FROM ROWS FROM (unnest($32::int[]), unnest($33::text[]), unnest($34::text[]), unnest($35::jsonb[]),
+                    unnest($36::bytea[]), unnest($37::text[]), unnest($38::float8[]))
+         AS m(change, subject, msg_id, headers, payload, operation_id, delay_seconds)
+    JOIN input i ON i.n = m.change
+    JOIN changed ON changed.id = i.id
+)
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM changed
+`
+
+type OperationTransitionFinishingBatchParams struct {
+	Ids                       []string
+	FromStates                []string
+	LeaseEpochs               []int64
+	ToStates                  []string
+	EventCounts               []int32
+	BumpEpochs                []bool
+	Reopens                   []bool
+	ExternalRequestIds        []string
+	ExternalObjectIds         []string
+	CompensationOperationIds  []string
+	SetErrors                 []bool
+	ErrorCategories           []string
+	Errors                    []string
+	ReleaseLeases             []bool
+	RequireLeases             []bool
+	AttemptIds                []string
+	Actors                    []string
+	FinishAttemptIds          []string
+	Outcomes                  []string
+	AttemptErrorCategories    []string
+	AttemptErrors             []string
+	HttpStatuses              []int32
+	AttemptExternalRequestIds []string
+	AttemptExternalObjectIds  []string
+	Now                       *time.Time
+	EventChanges              []int32
+	EventOrds                 []int32
+	Events                    []string
+	EventFromStates           []string
+	EventToStates             []string
+	Details                   [][]byte
+	MessageChanges            []int32
+	Subjects                  []string
+	MsgIds                    []string
+	Headers                   [][]byte
+	Payloads                  [][]byte
+	OperationIds              []string
+	Delays                    []float64
+}
+
+type OperationTransitionFinishingBatchRow struct {
+	ID                      string
+	WorkflowID              string
+	RunID                   string
+	Tool                    string
+	ToolVersion             int32
+	Intent                  string
+	EntityType              string
+	EntityID                string
+	ArgsCanonical           string
+	ArgsHash                string
+	SideEffectClass         string
+	IdempotencyKey          string
+	State                   string
+	AttemptCount            int32
+	LeaseEpoch              int64
+	ExternalRequestID       string
+	ExternalObjectID        string
+	CompensatesOperationID  *string
+	TraceID                 string
+	LastErrorCategory       string
+	LastError               string
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+	Version                 int64
+	OriginEventID           string
+	Generation              int32
+	GenerationStartedAt     *time.Time
+	GenerationAttemptBase   int32
+	ProposedBy              string
+	DedupeKey               string
+	Tenant                  string
+	CompensationOperationID *string
+}
+
+// OperationTransitionFinishing for many outcomes in one statement (group
+// commit): element i of every per-change array is change i, each
+// finishing its own attempt; the events and outbox rows of all of them
+// come flattened, each naming its change by its 1-based position. Every
+// attempt is finished and every change is written exactly as its own
+// OperationTransitionFinishing would write it; the operations returned are
+// the ones that changed, and the caller explains the others (stale, or the
+// lease lost) by reading them. One statement pays its executor start-up,
+// constraint preparation, plan lookup and commit once for all.
+func (q *Queries) OperationTransitionFinishingBatch(ctx context.Context, arg OperationTransitionFinishingBatchParams) ([]OperationTransitionFinishingBatchRow, error) {
+	rows, err := q.db.Query(ctx, operationTransitionFinishingBatch,
+		arg.Ids,
+		arg.FromStates,
+		arg.LeaseEpochs,
+		arg.ToStates,
+		arg.EventCounts,
+		arg.BumpEpochs,
+		arg.Reopens,
+		arg.ExternalRequestIds,
+		arg.ExternalObjectIds,
+		arg.CompensationOperationIds,
+		arg.SetErrors,
+		arg.ErrorCategories,
+		arg.Errors,
+		arg.ReleaseLeases,
+		arg.RequireLeases,
+		arg.AttemptIds,
+		arg.Actors,
+		arg.FinishAttemptIds,
+		arg.Outcomes,
+		arg.AttemptErrorCategories,
+		arg.AttemptErrors,
+		arg.HttpStatuses,
+		arg.AttemptExternalRequestIds,
+		arg.AttemptExternalObjectIds,
+		arg.Now,
+		arg.EventChanges,
+		arg.EventOrds,
+		arg.Events,
+		arg.EventFromStates,
+		arg.EventToStates,
+		arg.Details,
+		arg.MessageChanges,
+		arg.Subjects,
+		arg.MsgIds,
+		arg.Headers,
+		arg.Payloads,
+		arg.OperationIds,
+		arg.Delays,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OperationTransitionFinishingBatchRow{}
+	for rows.Next() {
+		var i OperationTransitionFinishingBatchRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.WorkflowID,
+			&i.RunID,
+			&i.Tool,
+			&i.ToolVersion,
+			&i.Intent,
+			&i.EntityType,
+			&i.EntityID,
+			&i.ArgsCanonical,
+			&i.ArgsHash,
+			&i.SideEffectClass,
+			&i.IdempotencyKey,
+			&i.State,
+			&i.AttemptCount,
+			&i.LeaseEpoch,
+			&i.ExternalRequestID,
+			&i.ExternalObjectID,
+			&i.CompensatesOperationID,
+			&i.TraceID,
+			&i.LastErrorCategory,
+			&i.LastError,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Version,
+			&i.OriginEventID,
+			&i.Generation,
+			&i.GenerationStartedAt,
+			&i.GenerationAttemptBase,
+			&i.ProposedBy,
+			&i.DedupeKey,
+			&i.Tenant,
+			&i.CompensationOperationID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

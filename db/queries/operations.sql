@@ -214,3 +214,85 @@ SELECT coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now;
 -- name: OperationCompensationCount :one
 -- How many compensations an operation has had (operations_compensates_idx).
 SELECT count(*)::bigint AS n FROM operations WHERE compensates_operation_id = @id;
+
+-- name: OperationTransitionFinishingBatch :many
+-- OperationTransitionFinishing for many outcomes in one statement (group
+-- commit): element i of every per-change array is change i, each
+-- finishing its own attempt; the events and outbox rows of all of them
+-- come flattened, each naming its change by its 1-based position. Every
+-- attempt is finished and every change is written exactly as its own
+-- OperationTransitionFinishing would write it; the operations returned are
+-- the ones that changed, and the caller explains the others (stale, or the
+-- lease lost) by reading them. One statement pays its executor start-up,
+-- constraint preparation, plan lookup and commit once for all.
+WITH input AS (
+    SELECT * FROM ROWS FROM (
+        unnest(@ids::text[]), unnest(@from_states::text[]), unnest(@lease_epochs::bigint[]), unnest(@to_states::text[]),
+        unnest(@event_counts::int[]), unnest(@bump_epochs::boolean[]), unnest(@reopens::boolean[]),
+        unnest(@external_request_ids::text[]), unnest(@external_object_ids::text[]), unnest(@compensation_operation_ids::text[]),
+        unnest(@set_errors::boolean[]), unnest(@error_categories::text[]), unnest(@errors::text[]),
+        unnest(@release_leases::boolean[]), unnest(@require_leases::boolean[]), unnest(@attempt_ids::text[]), unnest(@actors::text[]),
+        unnest(@finish_attempt_ids::text[]), unnest(@outcomes::text[]), unnest(@attempt_error_categories::text[]),
+        unnest(@attempt_errors::text[]), unnest(@http_statuses::int[]), unnest(@attempt_external_request_ids::text[]),
+        unnest(@attempt_external_object_ids::text[])
+    ) WITH ORDINALITY AS i(id, from_state, lease_epoch, to_state, event_count, bump_epoch, reopen,
+                           external_request_id, external_object_id, compensation_operation_id,
+                           set_error, error_category, error, release_lease, require_lease, attempt_id, actor,
+                           finish_attempt_id, outcome, attempt_error_category, attempt_error, http_status,
+                           attempt_external_request_id, attempt_external_object_id, n)
+), finished AS (
+    UPDATE attempts SET
+        finished_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+        outcome = i.outcome, error_category = i.attempt_error_category, error = i.attempt_error, http_status = i.http_status,
+        external_request_id = i.attempt_external_request_id, external_object_id = i.attempt_external_object_id
+    FROM input i
+    WHERE attempts.id = i.finish_attempt_id
+      AND (attempts.finished_at IS NULL OR (attempts.error_category = 'swept' AND i.attempt_error_category <> 'swept'))
+), changed AS (
+    UPDATE operations SET
+        state               = i.to_state,
+        version             = operations.version + i.event_count,
+        lease_epoch         = operations.lease_epoch + CASE WHEN i.bump_epoch THEN 1 ELSE 0 END,
+        generation          = operations.generation + CASE WHEN i.reopen THEN 1 ELSE 0 END,
+        generation_started_at = CASE WHEN i.reopen THEN coalesce(sqlc.narg('now')::timestamptz, now())
+                                     ELSE operations.generation_started_at END,
+        generation_attempt_base = CASE WHEN i.reopen THEN operations.attempt_count
+                                       ELSE operations.generation_attempt_base END,
+        external_request_id = coalesce(nullif(i.external_request_id, ''), operations.external_request_id),
+        external_object_id  = coalesce(nullif(i.external_object_id, ''), operations.external_object_id),
+        compensation_operation_id = coalesce(nullif(i.compensation_operation_id, ''), operations.compensation_operation_id),
+        last_error_category = CASE WHEN i.set_error THEN i.error_category ELSE operations.last_error_category END,
+        last_error          = CASE WHEN i.set_error THEN i.error ELSE operations.last_error END,
+        updated_at          = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM input i
+    WHERE operations.id = i.id AND operations.state = i.from_state AND operations.lease_epoch = i.lease_epoch
+      AND (NOT i.require_lease OR EXISTS (
+          SELECT 1 FROM entity_leases l
+          WHERE l.entity_type = operations.entity_type AND l.entity_id = operations.entity_id AND l.operation_id = operations.id
+            AND l.expires_at >= coalesce(sqlc.narg('now')::timestamptz, now())))
+    RETURNING operations.*
+), released AS (
+    DELETE FROM entity_leases
+    USING changed JOIN input i ON i.id = changed.id
+    WHERE entity_leases.operation_id = changed.id AND i.release_lease
+), appended AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, detail, at)
+    SELECT changed.id, prev.seq + e.ord,
+           e.event, e.from_state, e.to_state, changed.lease_epoch, i.attempt_id, i.actor, e.detail, changed.updated_at
+    FROM changed
+    JOIN input i ON i.id = changed.id
+    CROSS JOIN LATERAL (SELECT coalesce(max(oe.seq), 0) AS seq FROM operation_events oe WHERE oe.operation_id = changed.id) AS prev
+    JOIN ROWS FROM (unnest(@event_changes::int[]), unnest(@event_ords::int[]), unnest(@events::text[]),
+                    unnest(@event_from_states::text[]), unnest(@event_to_states::text[]), unnest(@details::jsonb[]))
+         AS e(change, ord, event, from_state, to_state, detail) ON e.change = i.n
+), queued AS (
+    INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
+    SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
+           coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => m.delay_seconds)
+    FROM ROWS FROM (unnest(@message_changes::int[]), unnest(@subjects::text[]), unnest(@msg_ids::text[]), unnest(@headers::jsonb[]),
+                    unnest(@payloads::bytea[]), unnest(@operation_ids::text[]), unnest(@delays::float8[]))
+         AS m(change, subject, msg_id, headers, payload, operation_id, delay_seconds)
+    JOIN input i ON i.n = m.change
+    JOIN changed ON changed.id = i.id
+)
+SELECT * FROM changed;

@@ -4,7 +4,15 @@ package store
 // test can queue submissions and see them written together; Queued says
 // how many wait, and release lets them go.
 func HoldGroup(s *Store) (queued func() int, release func()) {
-	g := s.group
+	return hold(s.submits)
+}
+
+// HoldOutcomes is HoldGroup for outcomes.
+func HoldOutcomes(s *Store) (queued func() int, release func()) {
+	return hold(s.outcomes)
+}
+
+func hold[T any](g *group[T]) (queued func() int, release func()) {
 	g.mu.Lock()
 	g.running += groupStatements
 	g.mu.Unlock()

@@ -4,70 +4,90 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/opledger/opledger/db/dbsqlc"
+	"github.com/opledger/opledger/pkg/op"
 )
 
-// DefaultGroupCommit is Options.GroupCommit's default: at most this many new
-// intents share one statement.
+// DefaultGroupCommit is Options.GroupCommit's default: at most this many
+// writes of one kind share a statement.
 const DefaultGroupCommit = 64
 
-// groupStatements is how many group statements run at once per store: one
-// waiting on its commit while the next fills.
+// groupStatements is how many statements of one kind a group runs at once:
+// one waiting on its commit while the next fills.
 const groupStatements = 2
 
-// group is group commit of simple new submissions (Submission.simple):
-// concurrent Submit calls queue their prepared submissions, and whichever
-// finds fewer than groupStatements statements running starts one, which
-// takes everything queued (up to max) into one OperationSubmitNewBatch and
-// goes on until the queue is empty. Nobody waits for a batch to fill: an
-// intent arriving at an idle store is written at once, alone, and under load
-// the queue fills while the statements before it run, so batches grow with
-// the load. A batch that fails (a known event id or key among them, or any
-// other error) writes nothing; each of its submissions is then written on
-// its own, and the ones that conflict take the transaction that decides.
-type group struct {
-	s   *Store
+// group is group commit of one kind of write (new intents, outcomes):
+// concurrent callers queue their prepared writes, and whichever finds fewer
+// than groupStatements statements running starts one, which takes
+// everything queued (up to max) into one statement and goes on until the
+// queue is empty. Nobody waits for a batch to fill: a write arriving at an
+// idle store runs at once, alone, and under load the queue fills while the
+// statements before it run, so batches grow with the load. run writes a
+// batch and closes each item's done; what it does when the batch statement
+// fails is the kind's (see Store.runSubmits and Store.runOutcomes).
+type group[T any] struct {
 	max int
+	run func(batch []*groupItem[T])
 
 	mu      sync.Mutex
-	queue   []*groupItem
+	queue   []*groupItem[T]
 	running int
 
-	// Counters for tests and the bench.
 	batches, items, fallbacks, largest atomic.Int64
 }
 
-type groupItem struct {
+type groupItem[T any] struct {
 	ctx  context.Context
-	n    *newSubmission
+	v    T
 	err  error
 	done chan struct{}
 }
 
-// GroupStats counts what group commit did since the store opened.
-type GroupStats struct {
-	// Statements is how many OperationSubmitNewBatch or OperationSubmitNew
-	// statements the group ran; Submissions how many submissions they
-	// carried; Largest the most in one.
-	Statements, Submissions, Largest int64
-	// Fallbacks counts batches that failed and were written one by one.
+func (it *groupItem[T]) finish(err error) {
+	it.err = err
+	close(it.done)
+}
+
+// GroupCounts counts what one kind of group commit did since the store
+// opened.
+type GroupCounts struct {
+	// Statements is how many statements the group ran; Writes how many
+	// writes they carried; Largest the most in one.
+	Statements, Writes, Largest int64
+	// Fallbacks counts batches whose statement failed, so that their
+	// writes went one by one.
 	Fallbacks int64
+}
+
+// GroupStats is what group commit did, per kind.
+type GroupStats struct {
+	Submits, Outcomes GroupCounts
 }
 
 // GroupStats returns the group commit counters.
 func (s *Store) GroupStats() GroupStats {
-	g := s.group
-	if g == nil {
-		return GroupStats{}
+	var st GroupStats
+	if s.submits != nil {
+		st.Submits = s.submits.counts()
 	}
-	return GroupStats{Statements: g.batches.Load(), Submissions: g.items.Load(), Largest: g.largest.Load(), Fallbacks: g.fallbacks.Load()}
+	if s.outcomes != nil {
+		st.Outcomes = s.outcomes.counts()
+	}
+	return st
 }
 
-// submit writes a prepared simple submission through the group and waits
-// for its statement. When ctx ends first it returns ctx's error; the
-// submission may still be written (as after a crash past the commit: a
-// redelivery finds its inbox row).
-func (g *group) submit(ctx context.Context, n *newSubmission) (*SubmitResult, error) {
-	it := &groupItem{ctx: ctx, n: n, done: make(chan struct{})}
+func (g *group[T]) counts() GroupCounts {
+	return GroupCounts{Statements: g.batches.Load(), Writes: g.items.Load(), Largest: g.largest.Load(), Fallbacks: g.fallbacks.Load()}
+}
+
+// do queues v and waits for its statement. When ctx ends first it returns
+// ctx's error; the write may still happen (as after a crash past the
+// commit: the caller's retry finds it done).
+func (g *group[T]) do(ctx context.Context, v T) error {
+	it := &groupItem[T]{ctx: ctx, v: v, done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, it)
 	if g.running < groupStatements {
@@ -77,17 +97,14 @@ func (g *group) submit(ctx context.Context, n *newSubmission) (*SubmitResult, er
 	g.mu.Unlock()
 	select {
 	case <-it.done:
-		if it.err != nil {
-			return nil, it.err
-		}
-		return n.res, nil
+		return it.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 }
 
 // drain runs statements until the queue is empty.
-func (g *group) drain() {
+func (g *group[T]) drain() {
 	for {
 		g.mu.Lock()
 		k := min(len(g.queue), g.max)
@@ -96,65 +113,198 @@ func (g *group) drain() {
 			g.mu.Unlock()
 			return
 		}
-		batch := make([]*groupItem, k)
+		batch := make([]*groupItem[T], k)
 		copy(batch, g.queue)
 		g.queue = append(g.queue[:0], g.queue[k:]...)
 		g.mu.Unlock()
-		g.run(batch)
+
+		live := batch[:0]
+		for _, it := range batch {
+			if err := it.ctx.Err(); err != nil {
+				// The caller gave up before its statement: nothing is
+				// written for it.
+				it.finish(err)
+				continue
+			}
+			live = append(live, it)
+		}
+		if len(live) == 0 {
+			continue
+		}
+		g.batches.Add(1)
+		g.items.Add(int64(len(live)))
+		for cur := g.largest.Load(); int64(len(live)) > cur && !g.largest.CompareAndSwap(cur, int64(len(live))); cur = g.largest.Load() {
+		}
+		g.run(live)
 	}
 }
 
-// run writes one batch and tells each submitter how it went.
-func (g *group) run(batch []*groupItem) {
-	live := batch[:0]
+// fallBack runs one for each item of a batch whose statement failed, each
+// on its own and at once, and finishes it with one's error.
+func (g *group[T]) fallBack(batch []*groupItem[T], one func(ctx context.Context, v T) error) {
+	g.fallbacks.Add(1)
 	for _, it := range batch {
-		if err := it.ctx.Err(); err != nil {
-			// The submitter gave up before its statement: nothing is
-			// written for it.
-			it.err = err
-			close(it.done)
+		go func() { it.finish(one(it.ctx, it.v)) }()
+	}
+}
+
+// batchContext is the context of a statement that is everybody's in its
+// batch: one caller's cancellation does not cut it short (the statement
+// timeout bounds it).
+func batchContext[T any](batch []*groupItem[T]) context.Context {
+	return context.WithoutCancel(batch[0].ctx)
+}
+
+// runSubmits writes a batch of new intents: alone with OperationSubmitNew,
+// else all with one OperationSubmitNewBatch. A batch that fails (a known
+// event id or key among them, or any other error) writes nothing; each of
+// its submissions is then written on its own, and one that conflicts gets
+// op.ErrConflict and takes the transaction that decides (Store.Submit).
+func (s *Store) runSubmits(batch []*groupItem[*newSubmission]) {
+	if len(batch) == 1 {
+		batch[0].finish(s.execNew(batch[0].ctx, batch[0].v))
+		return
+	}
+	ns := make([]*newSubmission, len(batch))
+	for i, it := range batch {
+		ns[i] = it.v
+	}
+	if err := s.execNewBatch(batchContext(batch), ns); err != nil {
+		s.submits.fallBack(batch, s.execNew)
+		return
+	}
+	for _, it := range batch {
+		it.finish(nil)
+	}
+}
+
+// outcome is a prepared change that finishes an attempt (Change.Finish),
+// for OperationTransitionFinishing or, with others,
+// OperationTransitionFinishingBatch.
+type outcome struct {
+	c     Change
+	p     dbsqlc.OperationTransitionParams
+	rows  outboxRows
+	after *op.Operation // the operation after the change, once written
+}
+
+// one writes oc alone, as Store.Transition without the group does.
+func (s *Store) oneOutcome(ctx context.Context, oc *outcome) error {
+	row, err := s.q.OperationTransitionFinishing(ctx, finishingParams(oc.p, oc.c))
+	if err != nil {
+		return s.unchanged(ctx, oc.c, err)
+	}
+	oc.after = toOperation(dbsqlc.Operation(row))
+	s.handOff(oc.rows.due)
+	return nil
+}
+
+// runOutcomes writes a batch of outcomes: alone with
+// OperationTransitionFinishing, else with one
+// OperationTransitionFinishingBatch, which writes each exactly as its own
+// statement would; an outcome whose operation did not change is explained
+// by reading it (stale, or the lease lost), as alone. Two outcomes for one
+// operation or one attempt are not put in one statement (an UPDATE … FROM
+// would apply only one of them): the later ones go on their own after it.
+// A batch whose statement fails writes nothing, and each of its outcomes
+// is written on its own.
+func (s *Store) runOutcomes(batch []*groupItem[*outcome]) {
+	var together, after []*groupItem[*outcome]
+	seen := make(map[string]bool, 2*len(batch))
+	for _, it := range batch {
+		oid, aid := "op:"+it.v.c.OperationID, "attempt:"+it.v.c.Finish.ID
+		if seen[oid] || seen[aid] {
+			after = append(after, it)
 			continue
 		}
-		live = append(live, it)
+		seen[oid], seen[aid] = true, true
+		together = append(together, it)
 	}
-	if len(live) == 0 {
+	defer func() {
+		for _, it := range after {
+			it.finish(s.oneOutcome(it.ctx, it.v))
+		}
+	}()
+	if len(together) == 1 {
+		together[0].finish(s.oneOutcome(together[0].ctx, together[0].v))
 		return
 	}
-	g.batches.Add(1)
-	g.items.Add(int64(len(live)))
-	for {
-		cur := g.largest.Load()
-		if int64(len(live)) <= cur || g.largest.CompareAndSwap(cur, int64(len(live))) {
-			break
+	ctx := batchContext(together)
+	rows, err := s.q.OperationTransitionFinishingBatch(ctx, outcomeBatchParams(together))
+	if err != nil {
+		s.outcomes.fallBack(together, s.oneOutcome)
+		return
+	}
+	changed := make(map[string]dbsqlc.Operation, len(rows))
+	for _, r := range rows {
+		changed[r.ID] = dbsqlc.Operation(r)
+	}
+	var due []Message
+	for _, it := range together {
+		if row, ok := changed[it.v.c.OperationID]; ok {
+			it.v.after = toOperation(row)
+			due = append(due, it.v.rows.due...)
 		}
 	}
-	if len(live) == 1 {
-		it := live[0]
-		it.err = g.s.execNew(it.ctx, it.n)
-		close(it.done)
-		return
-	}
-	ns := make([]*newSubmission, len(live))
-	for i, it := range live {
-		ns[i] = it.n
-	}
-	// The statement is everybody's: it is not cut short by one
-	// submitter's context (the statement timeout bounds it).
-	err := g.s.execNewBatch(context.WithoutCancel(live[0].ctx), ns)
-	if err == nil {
-		for _, it := range live {
-			close(it.done)
+	s.handOff(due)
+	for _, it := range together {
+		if it.v.after != nil {
+			it.finish(nil)
+			continue
 		}
-		return
+		go func() { it.finish(s.unchanged(it.ctx, it.v.c, pgx.ErrNoRows)) }()
 	}
-	// Nothing was written: each goes on its own, at once. One that
-	// conflicts gets op.ErrConflict from its own statement, and Submit
-	// takes the transaction that decides; any other failure is its own.
-	g.fallbacks.Add(1)
-	for _, it := range live {
-		go func() {
-			it.err = g.s.execNew(it.ctx, it.n)
-			close(it.done)
-		}()
+}
+
+// outcomeBatchParams lays a batch out as OperationTransitionFinishingBatch's
+// arrays: change i at position i, its events and messages naming i + 1.
+func outcomeBatchParams(batch []*groupItem[*outcome]) dbsqlc.OperationTransitionFinishingBatchParams {
+	var b dbsqlc.OperationTransitionFinishingBatchParams
+	b.Now = batch[0].v.p.Now
+	for i, it := range batch {
+		p, c, a := it.v.p, it.v.c, it.v.c.Finish
+		n := int32(i + 1)
+		b.Ids = append(b.Ids, p.ID)
+		b.FromStates = append(b.FromStates, p.FromState)
+		b.LeaseEpochs = append(b.LeaseEpochs, p.LeaseEpoch)
+		b.ToStates = append(b.ToStates, p.ToState)
+		b.EventCounts = append(b.EventCounts, int32(len(p.Events)))
+		b.BumpEpochs = append(b.BumpEpochs, p.BumpEpoch)
+		b.Reopens = append(b.Reopens, p.Reopen)
+		b.ExternalRequestIds = append(b.ExternalRequestIds, p.ExternalRequestID)
+		b.ExternalObjectIds = append(b.ExternalObjectIds, p.ExternalObjectID)
+		b.CompensationOperationIds = append(b.CompensationOperationIds, derefOr(p.CompensationOperationID))
+		b.SetErrors = append(b.SetErrors, p.SetError)
+		b.ErrorCategories = append(b.ErrorCategories, p.ErrorCategory)
+		b.Errors = append(b.Errors, p.Error)
+		b.ReleaseLeases = append(b.ReleaseLeases, p.ReleaseLease)
+		b.RequireLeases = append(b.RequireLeases, c.RequireLease)
+		b.AttemptIds = append(b.AttemptIds, p.AttemptID)
+		b.Actors = append(b.Actors, p.Actor)
+		b.FinishAttemptIds = append(b.FinishAttemptIds, a.ID)
+		b.Outcomes = append(b.Outcomes, string(a.Outcome))
+		b.AttemptErrorCategories = append(b.AttemptErrorCategories, a.ErrorCategory)
+		b.AttemptErrors = append(b.AttemptErrors, a.Error)
+		b.HttpStatuses = append(b.HttpStatuses, int32(a.HTTPStatus))
+		b.AttemptExternalRequestIds = append(b.AttemptExternalRequestIds, a.ExternalRequestID)
+		b.AttemptExternalObjectIds = append(b.AttemptExternalObjectIds, a.ExternalObjectID)
+		for j := range p.Events {
+			b.EventChanges = append(b.EventChanges, n)
+			b.EventOrds = append(b.EventOrds, int32(j+1))
+		}
+		b.Events = append(b.Events, p.Events...)
+		b.EventFromStates = append(b.EventFromStates, p.FromStates...)
+		b.EventToStates = append(b.EventToStates, p.ToStates...)
+		b.Details = append(b.Details, p.Details...)
+		for range p.Subjects {
+			b.MessageChanges = append(b.MessageChanges, n)
+		}
+		b.Subjects = append(b.Subjects, p.Subjects...)
+		b.MsgIds = append(b.MsgIds, p.MsgIds...)
+		b.Headers = append(b.Headers, p.Headers...)
+		b.Payloads = append(b.Payloads, p.Payloads...)
+		b.OperationIds = append(b.OperationIds, p.OperationIds...)
+		b.Delays = append(b.Delays, p.Delays...)
 	}
+	return b
 }

@@ -40,8 +40,8 @@ func TestGroupCommitWritesConcurrentIntentsTogether(t *testing.T) {
 		require.EqualValues(t, 2, o.Version)
 		require.False(t, o.CreatedAt.IsZero())
 	}
-	st := b.store.GroupStats()
-	require.EqualValues(t, n, st.Submissions)
+	st := b.store.GroupStats().Submits
+	require.EqualValues(t, n, st.Writes)
 	require.LessOrEqual(t, st.Statements, int64(n/store.DefaultGroupCommit+2), "%+v", st)
 	require.EqualValues(t, store.DefaultGroupCommit, st.Largest, "%+v", st)
 	require.Zero(t, st.Fallbacks)
@@ -94,10 +94,104 @@ func TestGroupCommitBatchWithKnownIDsFallsBack(t *testing.T) {
 	require.Equal(t, c.Operation.ID, d.Operation.ID)
 	require.Equal(t, op.DecisionConflict, results[5].Decision)
 
-	st := b.store.GroupStats()
+	st := b.store.GroupStats().Submits
 	require.EqualValues(t, 1, st.Fallbacks, "%+v", st)
 	require.EqualValues(t, len(subs), st.Largest, "%+v", st)
 	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM operations`))
 	require.Equal(t, 6, b.count(t, `SELECT count(*) FROM inbox`))
 	require.Equal(t, 6, b.count(t, `SELECT count(*) FROM operation_events`))
+}
+
+// Outcomes recorded at once share a statement and each is written as it
+// would be alone: the changed operations with their events, results and
+// finished attempts; a stale one changes nothing but its attempt; a second
+// outcome for the same operation goes after the statement and finds it
+// moved on.
+func TestGroupCommitOfOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 12
+	type claimed struct {
+		o   *op.Operation
+		att *op.Attempt
+	}
+	cs := make([]claimed, n)
+	for i := range n {
+		o := newOp(fmt.Sprintf("key_%d", i), "args")
+		o.EntityID = fmt.Sprintf("order_%d", i)
+		res, err := b.store.Submit(b.ctx, submission(fmt.Sprintf("evt_%d", i), o))
+		require.NoError(t, err)
+		got, att, err := b.store.BeginAttempt(b.ctx, res.Operation.ID, res.Operation.LeaseEpoch, "w1", time.Minute)
+		require.NoError(t, err)
+		cs[i] = claimed{got, att}
+	}
+	success := func(c claimed, from op.State, epoch int64) store.Change {
+		a := *c.att
+		a.Outcome, a.HTTPStatus, a.ExternalObjectID = op.OutcomeSuccess, 200, "ch_"+c.o.ID
+		return store.Change{OperationID: c.o.ID, From: from, LeaseEpoch: epoch, Events: []op.Event{op.EventSucceed},
+			AttemptID: a.ID, Actor: "w1", Finish: &a, ExternalObjectID: a.ExternalObjectID, Detail: map[string]string{"n": c.o.ID},
+			Operation: c.o, Outbox: func(after *op.Operation) []store.Message {
+				return []store.Message{{Subject: "opledger.results.wf_1", MsgID: fmt.Sprintf("result:%s:%d", after.ID, after.Version),
+					Payload: []byte(after.State), OperationID: after.ID}}
+			}}
+	}
+	changes := make([]store.Change, 0, n+1)
+	for i, c := range cs {
+		switch i {
+		case 3: // a writer holding an old epoch is fenced off
+			changes = append(changes, success(c, op.StateDispatched, c.o.LeaseEpoch-1))
+		default:
+			changes = append(changes, success(c, op.StateDispatched, c.o.LeaseEpoch))
+		}
+	}
+	// The same outcome twice (a redelivered command's worker): the second
+	// finds the operation completed.
+	changes = append(changes, success(cs[5], op.StateDispatched, cs[5].o.LeaseEpoch))
+
+	queued, release := store.HoldOutcomes(b.store)
+	afters := make([]*op.Operation, len(changes))
+	errs := make([]error, len(changes))
+	var wg sync.WaitGroup
+	for i, c := range changes {
+		wg.Go(func() { afters[i], errs[i] = b.store.Transition(b.ctx, c) })
+		if i == 5 {
+			// The first of the two for operation 5 queues first.
+			require.Eventually(t, func() bool { return queued() == i+1 }, 10*time.Second, time.Millisecond)
+		}
+	}
+	require.Eventually(t, func() bool { return queued() == len(changes) }, 10*time.Second, time.Millisecond)
+	release()
+	wg.Wait()
+
+	for i := range n {
+		if i == 3 {
+			var stale *op.StaleError
+			require.ErrorAs(t, errs[i], &stale)
+			require.Equal(t, op.StateDispatched, stale.GotState)
+			continue
+		}
+		require.NoError(t, errs[i], i)
+		require.Equal(t, op.StateCompletedSuccess, afters[i].State)
+		require.Equal(t, cs[i].o.Version+1, afters[i].Version)
+		require.Equal(t, "ch_"+cs[i].o.ID, afters[i].ExternalObjectID)
+	}
+	var stale *op.StaleError
+	require.ErrorAs(t, errs[n], &stale, "the second outcome for one operation")
+	require.Equal(t, op.StateCompletedSuccess, stale.GotState)
+
+	st := b.store.GroupStats().Outcomes
+	require.EqualValues(t, len(changes), st.Writes, "%+v", st)
+	require.EqualValues(t, len(changes), st.Largest, "one batch took them all (the repeat then went alone): %+v", st)
+	require.Zero(t, st.Fallbacks)
+
+	require.Equal(t, n-1, b.count(t, `SELECT count(*) FROM operations WHERE state = 'completed_success' AND external_object_id = 'ch_' || id`))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM operations WHERE state = 'dispatched'`))
+	require.Equal(t, n-1, b.count(t, `SELECT count(*) FROM operation_events e JOIN operations o ON o.id = e.operation_id
+		WHERE e.event = 'succeed' AND e.seq = 4 AND e.from_state = 'dispatched' AND e.to_state = 'completed_success'
+		AND e.lease_epoch = o.lease_epoch AND e.attempt_id <> '' AND e.actor = 'w1' AND e.detail->>'n' = o.id`))
+	require.Equal(t, n-1, b.count(t, `SELECT count(*) FROM outbox WHERE msg_id LIKE 'result:%'`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM outbox x JOIN operations o ON o.id = x.operation_id
+		WHERE x.msg_id LIKE 'result:%' AND o.state <> 'completed_success'`), "no result for the fenced-off writer")
+	// Every attempt took its answer, the fenced-off one too.
+	require.Equal(t, n, b.count(t, `SELECT count(*) FROM attempts WHERE finished_at IS NOT NULL AND outcome = 'success' AND http_status = 200`))
 }

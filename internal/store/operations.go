@@ -106,7 +106,20 @@ type Change struct {
 }
 
 // Transition applies c in one statement on the pool: see Tx.Transition.
+// A change that finishes an attempt (an outcome) may share its statement
+// with others that come at the same time (group commit, runOutcomes).
 func (s *Store) Transition(ctx context.Context, c Change) (*op.Operation, error) {
+	if c.Finish != nil && s.outcomes != nil {
+		p, rows, err := s.reads.prepareChange(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		oc := &outcome{c: c, p: p, rows: rows}
+		if err := s.outcomes.do(ctx, oc); err != nil {
+			return nil, err
+		}
+		return oc.after, nil
+	}
 	o, due, err := s.reads.transition(ctx, c)
 	if err == nil {
 		s.handOff(due)
@@ -136,10 +149,35 @@ func (t *Tx) Transition(ctx context.Context, c Change) (*op.Operation, error) {
 // transition returns, besides the operation, the messages due at once it
 // queued (none when the operation did not change).
 func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, due []Message, err error) {
-	if len(c.Events) == 0 {
-		return nil, nil, fmt.Errorf("operation %s: a change needs at least one event: %w", c.OperationID, op.ErrInvalid)
+	p, rows, err := r.prepareChange(ctx, c)
+	if err != nil {
+		return nil, nil, err
 	}
-	p := dbsqlc.OperationTransitionParams{
+	var row dbsqlc.Operation
+	if c.Finish != nil {
+		// Only writers that finish an attempt name the attempts table: the
+		// roles that may not update attempts run OperationTransition.
+		var fr dbsqlc.OperationTransitionFinishingRow
+		fr, err = r.q.OperationTransitionFinishing(ctx, finishingParams(p, c))
+		row = dbsqlc.Operation(fr)
+	} else {
+		var tr dbsqlc.OperationTransitionRow
+		tr, err = r.q.OperationTransition(ctx, p)
+		row = dbsqlc.Operation(tr)
+	}
+	if err != nil {
+		return nil, nil, r.unchanged(ctx, c, err)
+	}
+	return toOperation(row), rows.due, nil
+}
+
+// prepareChange checks c and builds the statement's parameters and the
+// outbox rows it writes.
+func (r reads) prepareChange(ctx context.Context, c Change) (p dbsqlc.OperationTransitionParams, rows outboxRows, err error) {
+	if len(c.Events) == 0 {
+		return p, rows, fmt.Errorf("operation %s: a change needs at least one event: %w", c.OperationID, op.ErrInvalid)
+	}
+	p = dbsqlc.OperationTransitionParams{
 		ID: c.OperationID, FromState: string(c.From), LeaseEpoch: c.LeaseEpoch, BumpEpoch: c.BumpEpoch, Reopen: c.Reopen,
 		ExternalRequestID: c.ExternalRequestID, ExternalObjectID: c.ExternalObjectID,
 		AttemptID: c.AttemptID, Actor: c.Actor, Now: r.now(),
@@ -151,12 +189,12 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, due [
 	for i, ev := range c.Events {
 		to, err := op.Transition(from, ev)
 		if err != nil {
-			return nil, nil, fmt.Errorf("operation %s: %w", c.OperationID, err)
+			return p, rows, fmt.Errorf("operation %s: %w", c.OperationID, err)
 		}
 		var detail []byte
 		if i == len(c.Events)-1 {
 			if detail, err = encodeDetail(c.Detail); err != nil {
-				return nil, nil, fmt.Errorf("operation %s: %w", c.OperationID, err)
+				return p, rows, fmt.Errorf("operation %s: %w", c.OperationID, err)
 			}
 		}
 		p.Events, p.FromStates, p.ToStates = append(p.Events, string(ev)), append(p.FromStates, string(from)), append(p.ToStates, string(to))
@@ -173,7 +211,7 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, due [
 	}
 	completed := from == op.StateCompletedSuccess || from == op.StateCompletedNoop
 	p.SetError, p.ErrorCategory, p.Error = c.ErrorCategory != "" || completed, c.ErrorCategory, c.Error
-	rows := outboxRows{grace: r.handoff}
+	rows = outboxRows{grace: r.handoff}
 	if c.Outbox != nil {
 		// The operation as the statement will leave it, for the messages:
 		// the write is fenced, so nothing else changes it in between.
@@ -183,52 +221,50 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, due [
 		} else {
 			cur, err := r.q.OperationGet(ctx, c.OperationID)
 			if err != nil {
-				return nil, nil, fmt.Errorf("operation %s: %w", c.OperationID, translate(err))
+				return p, rows, fmt.Errorf("operation %s: %w", c.OperationID, translate(err))
 			}
 			after = *toOperation(cur)
 		}
 		applyChange(&after, c, from, r.now())
 		if err := rows.add(c.Outbox(&after)); err != nil {
-			return nil, nil, err
+			return p, rows, err
 		}
 	}
 	p.Subjects, p.MsgIds, p.Headers, p.Payloads, p.OperationIds, p.Delays = rows.columns()
 	if c.RequireLease && c.Finish == nil {
-		return nil, nil, fmt.Errorf("operation %s: a change that requires the lease finishes an attempt: %w", c.OperationID, op.ErrInvalid)
+		return p, rows, fmt.Errorf("operation %s: a change that requires the lease finishes an attempt: %w", c.OperationID, op.ErrInvalid)
 	}
-	var row dbsqlc.Operation
-	if a := c.Finish; a != nil {
-		// Only writers that finish an attempt name the attempts table: the
-		// roles that may not update attempts run OperationTransition.
-		var fr dbsqlc.OperationTransitionFinishingRow
-		fr, err = r.q.OperationTransitionFinishing(ctx, dbsqlc.OperationTransitionFinishingParams{
-			Now: p.Now, Outcome: string(a.Outcome), AttemptErrorCategory: a.ErrorCategory, AttemptError: a.Error,
-			HttpStatus: int32(a.HTTPStatus), AttemptExternalRequestID: a.ExternalRequestID, AttemptExternalObjectID: a.ExternalObjectID,
-			FinishAttemptID: a.ID, ToState: p.ToState, Events: p.Events, BumpEpoch: p.BumpEpoch, Reopen: p.Reopen,
-			ExternalRequestID: p.ExternalRequestID, ExternalObjectID: p.ExternalObjectID,
-			CompensationOperationID: p.CompensationOperationID, SetError: p.SetError,
-			ErrorCategory: p.ErrorCategory, Error: p.Error, ID: p.ID, FromState: p.FromState, LeaseEpoch: p.LeaseEpoch,
-			ReleaseLease: p.ReleaseLease, AttemptID: p.AttemptID, Actor: p.Actor, FromStates: p.FromStates, ToStates: p.ToStates,
-			Details: p.Details, Subjects: p.Subjects, MsgIds: p.MsgIds, Headers: p.Headers, Payloads: p.Payloads,
-			OperationIds: p.OperationIds, Delays: p.Delays, RequireLease: c.RequireLease,
-		})
-		row = dbsqlc.Operation(fr)
-	} else {
-		var tr dbsqlc.OperationTransitionRow
-		tr, err = r.q.OperationTransition(ctx, p)
-		row = dbsqlc.Operation(tr)
+	return p, rows, nil
+}
+
+// finishingParams are OperationTransitionFinishing's parameters for c.
+func finishingParams(p dbsqlc.OperationTransitionParams, c Change) dbsqlc.OperationTransitionFinishingParams {
+	a := c.Finish
+	return dbsqlc.OperationTransitionFinishingParams{
+		Now: p.Now, Outcome: string(a.Outcome), AttemptErrorCategory: a.ErrorCategory, AttemptError: a.Error,
+		HttpStatus: int32(a.HTTPStatus), AttemptExternalRequestID: a.ExternalRequestID, AttemptExternalObjectID: a.ExternalObjectID,
+		FinishAttemptID: a.ID, ToState: p.ToState, Events: p.Events, BumpEpoch: p.BumpEpoch, Reopen: p.Reopen,
+		ExternalRequestID: p.ExternalRequestID, ExternalObjectID: p.ExternalObjectID,
+		CompensationOperationID: p.CompensationOperationID, SetError: p.SetError,
+		ErrorCategory: p.ErrorCategory, Error: p.Error, ID: p.ID, FromState: p.FromState, LeaseEpoch: p.LeaseEpoch,
+		ReleaseLease: p.ReleaseLease, AttemptID: p.AttemptID, Actor: p.Actor, FromStates: p.FromStates, ToStates: p.ToStates,
+		Details: p.Details, Subjects: p.Subjects, MsgIds: p.MsgIds, Headers: p.Headers, Payloads: p.Payloads,
+		OperationIds: p.OperationIds, Delays: p.Delays, RequireLease: c.RequireLease,
 	}
-	if err != nil {
-		err = r.staleOr(ctx, c.OperationID, c.From, c.LeaseEpoch, err)
-		var stale *op.StaleError
-		if c.RequireLease && errors.As(err, &stale) && stale.GotState == c.From && stale.GotEpoch == c.LeaseEpoch {
-			// The operation is as the writer expected: what it lacks is
-			// its entity's lease.
-			return nil, nil, fmt.Errorf("operation %s: %w", c.OperationID, ErrLeaseLost)
-		}
-		return nil, nil, err
+}
+
+// unchanged explains a change whose statement failed or matched no
+// operation: see staleOr; a change that requires the lease and finds the
+// operation as it expected lost the lease (ErrLeaseLost).
+func (r reads) unchanged(ctx context.Context, c Change, err error) error {
+	err = r.staleOr(ctx, c.OperationID, c.From, c.LeaseEpoch, err)
+	var stale *op.StaleError
+	if c.RequireLease && errors.As(err, &stale) && stale.GotState == c.From && stale.GotEpoch == c.LeaseEpoch {
+		// The operation is as the writer expected: what it lacks is
+		// its entity's lease.
+		return fmt.Errorf("operation %s: %w", c.OperationID, ErrLeaseLost)
 	}
-	return toOperation(row), rows.due, nil
+	return err
 }
 
 // ErrLeaseLost: a change that requires its operation's entity lease found

@@ -35,8 +35,10 @@ type Store struct {
 	onOutbox func(due []Message)
 	// timeout bounds statements without a deadline (Options.StatementTimeout).
 	timeout time.Duration
-	// group writes concurrent simple submissions together (Options.GroupCommit); nil: one by one.
-	group *group
+	// submits and outcomes write concurrent new intents and concurrent
+	// outcomes together (Options.GroupCommit); nil: one by one.
+	submits  *group[*newSubmission]
+	outcomes *group[*outcome]
 }
 
 // reads holds what works the same on the pool and in a transaction.
@@ -69,9 +71,9 @@ type Options struct {
 	// from the table (see internal/outbox.Waker). It must not block, and it
 	// must not keep or change the slice's messages beyond publishing them.
 	OnOutbox func(due []Message)
-	// GroupCommit is the most new intents written by one statement when
-	// Submit is called concurrently (default DefaultGroupCommit; 1 writes
-	// each on its own): see group.
+	// GroupCommit is the most new intents (Submit) or outcomes (Transition
+	// with Finish) written by one statement when they come concurrently
+	// (default DefaultGroupCommit; 1 writes each on its own): see group.
 	GroupCommit int
 	// HandoffGrace is how long the rows of messages handed to OnOutbox are
 	// left to the relay they were handed to before any relay may claim them
@@ -137,7 +139,8 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	s := &Store{reads: reads{q: dbsqlc.New(wrapDeadline(pool, opts.StatementTimeout)), clock: opts.Clock, handoff: handoff}, pool: pool,
 		onOutbox: opts.OnOutbox, timeout: opts.StatementTimeout}
 	if n := cmp.Or(opts.GroupCommit, DefaultGroupCommit); n > 1 {
-		s.group = &group{s: s, max: n}
+		s.submits = &group[*newSubmission]{max: n, run: s.runSubmits}
+		s.outcomes = &group[*outcome]{max: n, run: s.runOutcomes}
 	}
 	return s, nil
 }
@@ -275,10 +278,12 @@ func (s *Store) Submit(ctx context.Context, sub Submission) (*SubmitResult, erro
 	if sub.simple() {
 		var res *SubmitResult
 		var err error
-		if s.group != nil {
+		if s.submits != nil {
 			var n *newSubmission
 			if n, err = s.prepareNew(sub); err == nil {
-				res, err = s.group.submit(ctx, n)
+				if err = s.submits.do(ctx, n); err == nil {
+					res = n.res
+				}
 			}
 		} else {
 			res, err = s.submitNew(ctx, sub)
