@@ -321,3 +321,173 @@ func (q *Queries) OperationDispatchLeased(ctx context.Context, arg OperationDisp
 	)
 	return i, err
 }
+
+const operationDispatchLeasedBatch = `-- name: OperationDispatchLeasedBatch :many
+WITH input AS (
+    SELECT id, lease_epoch, attempt_id, worker, timeout_seconds, ttl_seconds FROM ROWS FROM (unnest($1::text[]), unnest($2::bigint[]), unnest($3::text[]),
+                             unnest($4::text[]), unnest($5::float8[]), unnest($6::float8[]))
+         AS i(id, lease_epoch, attempt_id, worker, timeout_seconds, ttl_seconds)
+), cur AS (
+    SELECT o.id, o.entity_type, o.entity_id, o.created_at, i.ttl_seconds
+    FROM input i JOIN operations o ON o.id = i.id
+    WHERE o.state = 'pending_dispatch' AND o.lease_epoch = i.lease_epoch AND o.entity_id <> ''
+), older AS (
+    SELECT cur.id FROM cur
+    LEFT JOIN LATERAL (
+        SELECT 1 AS waiting FROM operations w
+        WHERE w.entity_type = cur.entity_type AND w.entity_id = cur.entity_id AND w.entity_id <> '' AND w.id <> cur.id
+          AND w.state = 'pending_dispatch' AND w.tool = ANY($7::text[])
+          AND (w.created_at, w.id) < (cur.created_at, cur.id)
+        LIMIT 1) w ON true
+    WHERE w.waiting IS NULL
+), lease AS (
+    INSERT INTO entity_leases AS l (entity_type, entity_id, operation_id, epoch, acquired_at, expires_at)
+    SELECT cur.entity_type, cur.entity_id, cur.id, 1, coalesce($8::timestamptz, now()),
+           coalesce($8::timestamptz, now()) + make_interval(secs => cur.ttl_seconds)
+    FROM cur JOIN older ON older.id = cur.id
+    ORDER BY cur.entity_type, cur.entity_id
+    ON CONFLICT (entity_type, entity_id) DO UPDATE SET
+        operation_id = EXCLUDED.operation_id, epoch = l.epoch + 1,
+        acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at
+    WHERE l.operation_id = EXCLUDED.operation_id OR l.expires_at < EXCLUDED.acquired_at
+    RETURNING l.operation_id
+), claimed AS (
+    UPDATE operations SET
+        state = 'dispatched', version = operations.version + 1, lease_epoch = operations.lease_epoch + 1,
+        attempt_count = operations.attempt_count + 1,
+        updated_at = coalesce($8::timestamptz, clock_timestamp())
+    FROM lease JOIN input i ON i.id = lease.operation_id
+    WHERE operations.id = lease.operation_id AND operations.state = 'pending_dispatch' AND operations.lease_epoch = i.lease_epoch
+    RETURNING operations.id, operations.workflow_id, operations.run_id, operations.tool, operations.tool_version, operations.intent, operations.entity_type, operations.entity_id, operations.args_canonical, operations.args_hash, operations.side_effect_class, operations.idempotency_key, operations.state, operations.attempt_count, operations.lease_epoch, operations.external_request_id, operations.external_object_id, operations.compensates_operation_id, operations.trace_id, operations.last_error_category, operations.last_error, operations.created_at, operations.updated_at, operations.version, operations.origin_event_id, operations.generation, operations.generation_started_at, operations.generation_attempt_base, operations.proposed_by, operations.dedupe_key, operations.tenant, operations.compensation_operation_id
+), appended AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, at)
+    SELECT claimed.id,
+           (SELECT coalesce(max(oe.seq), 0) + 1 FROM operation_events oe WHERE oe.operation_id = claimed.id),
+           'dispatch', 'pending_dispatch', 'dispatched', claimed.lease_epoch, i.attempt_id, i.worker, claimed.updated_at
+    FROM claimed JOIN input i ON i.id = claimed.id
+), attempt AS (
+    INSERT INTO attempts (id, operation_id, number, lease_epoch, worker, started_at, deadline_at)
+    SELECT i.attempt_id, claimed.id, claimed.attempt_count, claimed.lease_epoch, i.worker, claimed.updated_at,
+           claimed.updated_at + make_interval(secs => i.timeout_seconds)
+    FROM claimed JOIN input i ON i.id = claimed.id
+)
+SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM claimed
+`
+
+type OperationDispatchLeasedBatchParams struct {
+	Ids            []string
+	LeaseEpochs    []int64
+	AttemptIds     []string
+	Workers        []string
+	TimeoutSeconds []float64
+	TtlSeconds     []float64
+	Tools          []string
+	Now            *time.Time
+}
+
+type OperationDispatchLeasedBatchRow struct {
+	ID                      string
+	WorkflowID              string
+	RunID                   string
+	Tool                    string
+	ToolVersion             int32
+	Intent                  string
+	EntityType              string
+	EntityID                string
+	ArgsCanonical           string
+	ArgsHash                string
+	SideEffectClass         string
+	IdempotencyKey          string
+	State                   string
+	AttemptCount            int32
+	LeaseEpoch              int64
+	ExternalRequestID       string
+	ExternalObjectID        string
+	CompensatesOperationID  *string
+	TraceID                 string
+	LastErrorCategory       string
+	LastError               string
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+	Version                 int64
+	OriginEventID           string
+	Generation              int32
+	GenerationStartedAt     *time.Time
+	GenerationAttemptBase   int32
+	ProposedBy              string
+	DedupeKey               string
+	Tenant                  string
+	CompensationOperationID *string
+}
+
+// OperationDispatchLeased for many claims in one statement (group commit):
+// element i of every array is claim i, all of them queueing for leases
+// with the same @tools. Each claim is taken exactly as its own statement
+// would take it; the operations returned are the ones claimed, and the
+// caller explains the others (stale, no entity, or the lease busy) by
+// reading them. Two claims for one entity in one statement: the older
+// waiting one goes first and the other is busy, as alone; if neither
+// waits for the other (tools that do not queue together) the lease's
+// upsert fails the statement and the caller claims each on its own.
+// Leases are taken in entity order.
+func (q *Queries) OperationDispatchLeasedBatch(ctx context.Context, arg OperationDispatchLeasedBatchParams) ([]OperationDispatchLeasedBatchRow, error) {
+	rows, err := q.db.Query(ctx, operationDispatchLeasedBatch,
+		arg.Ids,
+		arg.LeaseEpochs,
+		arg.AttemptIds,
+		arg.Workers,
+		arg.TimeoutSeconds,
+		arg.TtlSeconds,
+		arg.Tools,
+		arg.Now,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OperationDispatchLeasedBatchRow{}
+	for rows.Next() {
+		var i OperationDispatchLeasedBatchRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.WorkflowID,
+			&i.RunID,
+			&i.Tool,
+			&i.ToolVersion,
+			&i.Intent,
+			&i.EntityType,
+			&i.EntityID,
+			&i.ArgsCanonical,
+			&i.ArgsHash,
+			&i.SideEffectClass,
+			&i.IdempotencyKey,
+			&i.State,
+			&i.AttemptCount,
+			&i.LeaseEpoch,
+			&i.ExternalRequestID,
+			&i.ExternalObjectID,
+			&i.CompensatesOperationID,
+			&i.TraceID,
+			&i.LastErrorCategory,
+			&i.LastError,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Version,
+			&i.OriginEventID,
+			&i.Generation,
+			&i.GenerationStartedAt,
+			&i.GenerationAttemptBase,
+			&i.ProposedBy,
+			&i.DedupeKey,
+			&i.Tenant,
+			&i.CompensationOperationID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -85,3 +85,64 @@ WITH cur AS (
     FROM claimed
 )
 SELECT * FROM claimed;
+
+-- name: OperationDispatchLeasedBatch :many
+-- OperationDispatchLeased for many claims in one statement (group commit):
+-- element i of every array is claim i, all of them queueing for leases
+-- with the same @tools. Each claim is taken exactly as its own statement
+-- would take it; the operations returned are the ones claimed, and the
+-- caller explains the others (stale, no entity, or the lease busy) by
+-- reading them. Two claims for one entity in one statement: the older
+-- waiting one goes first and the other is busy, as alone; if neither
+-- waits for the other (tools that do not queue together) the lease's
+-- upsert fails the statement and the caller claims each on its own.
+-- Leases are taken in entity order.
+WITH input AS (
+    SELECT * FROM ROWS FROM (unnest(@ids::text[]), unnest(@lease_epochs::bigint[]), unnest(@attempt_ids::text[]),
+                             unnest(@workers::text[]), unnest(@timeout_seconds::float8[]), unnest(@ttl_seconds::float8[]))
+         AS i(id, lease_epoch, attempt_id, worker, timeout_seconds, ttl_seconds)
+), cur AS (
+    SELECT o.id, o.entity_type, o.entity_id, o.created_at, i.ttl_seconds
+    FROM input i JOIN operations o ON o.id = i.id
+    WHERE o.state = 'pending_dispatch' AND o.lease_epoch = i.lease_epoch AND o.entity_id <> ''
+), older AS (
+    SELECT cur.id FROM cur
+    LEFT JOIN LATERAL (
+        SELECT 1 AS waiting FROM operations w
+        WHERE w.entity_type = cur.entity_type AND w.entity_id = cur.entity_id AND w.entity_id <> '' AND w.id <> cur.id
+          AND w.state = 'pending_dispatch' AND w.tool = ANY(@tools::text[])
+          AND (w.created_at, w.id) < (cur.created_at, cur.id)
+        LIMIT 1) w ON true
+    WHERE w.waiting IS NULL
+), lease AS (
+    INSERT INTO entity_leases AS l (entity_type, entity_id, operation_id, epoch, acquired_at, expires_at)
+    SELECT cur.entity_type, cur.entity_id, cur.id, 1, coalesce(sqlc.narg('now')::timestamptz, now()),
+           coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => cur.ttl_seconds)
+    FROM cur JOIN older ON older.id = cur.id
+    ORDER BY cur.entity_type, cur.entity_id
+    ON CONFLICT (entity_type, entity_id) DO UPDATE SET
+        operation_id = EXCLUDED.operation_id, epoch = l.epoch + 1,
+        acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at
+    WHERE l.operation_id = EXCLUDED.operation_id OR l.expires_at < EXCLUDED.acquired_at
+    RETURNING l.operation_id
+), claimed AS (
+    UPDATE operations SET
+        state = 'dispatched', version = operations.version + 1, lease_epoch = operations.lease_epoch + 1,
+        attempt_count = operations.attempt_count + 1,
+        updated_at = coalesce(sqlc.narg('now')::timestamptz, clock_timestamp())
+    FROM lease JOIN input i ON i.id = lease.operation_id
+    WHERE operations.id = lease.operation_id AND operations.state = 'pending_dispatch' AND operations.lease_epoch = i.lease_epoch
+    RETURNING operations.*
+), appended AS (
+    INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, attempt_id, actor, at)
+    SELECT claimed.id,
+           (SELECT coalesce(max(oe.seq), 0) + 1 FROM operation_events oe WHERE oe.operation_id = claimed.id),
+           'dispatch', 'pending_dispatch', 'dispatched', claimed.lease_epoch, i.attempt_id, i.worker, claimed.updated_at
+    FROM claimed JOIN input i ON i.id = claimed.id
+), attempt AS (
+    INSERT INTO attempts (id, operation_id, number, lease_epoch, worker, started_at, deadline_at)
+    SELECT i.attempt_id, claimed.id, claimed.attempt_count, claimed.lease_epoch, i.worker, claimed.updated_at,
+           claimed.updated_at + make_interval(secs => i.timeout_seconds)
+    FROM claimed JOIN input i ON i.id = claimed.id
+)
+SELECT * FROM claimed;

@@ -60,27 +60,62 @@ func (s *Store) BeginLeasedAttempt(ctx context.Context, operationID string, epoc
 	if _, err := op.Transition(op.StatePendingDispatch, op.EventDispatch); err != nil {
 		return nil, nil, err // the state machine and this statement must agree
 	}
-	attemptID := op.NewID("att")
+	c := &claim{id: operationID, epoch: epoch, worker: worker, timeout: timeout, lease: lease, attemptID: op.NewID("att")}
+	if s.claims != nil {
+		if err := s.claims.do(ctx, c); err != nil {
+			return nil, nil, err
+		}
+		return c.o, c.att, c.err
+	}
+	s.oneClaim(ctx, c)
+	return c.o, c.att, c.err
+}
+
+// claim is one BeginLeasedAttempt: what it asks and, once taken, what it got.
+type claim struct {
+	id        string
+	epoch     int64
+	worker    string
+	timeout   time.Duration
+	lease     EntityLease
+	attemptID string
+	o         *op.Operation
+	att       *op.Attempt
+	err       error
+}
+
+// oneClaim takes c with its own OperationDispatchLeased.
+func (s *Store) oneClaim(ctx context.Context, c *claim) {
 	row, err := s.q.OperationDispatchLeased(ctx, dbsqlc.OperationDispatchLeasedParams{
-		ID: operationID, LeaseEpoch: epoch, Tools: nonNil(lease.Tools), Now: s.now(),
-		TtlSeconds: max(lease.TTL, timeout).Seconds(), AttemptID: attemptID, Worker: worker, TimeoutSeconds: timeout.Seconds(),
+		ID: c.id, LeaseEpoch: c.epoch, Tools: nonNil(c.lease.Tools), Now: s.now(),
+		TtlSeconds: max(c.lease.TTL, c.timeout).Seconds(), AttemptID: c.attemptID, Worker: c.worker, TimeoutSeconds: c.timeout.Seconds(),
 	})
 	if err == nil {
-		return claimedAttempt(dbsqlc.Operation(row), attemptID, worker, timeout)
+		c.o, c.att, c.err = claimedAttempt(dbsqlc.Operation(row), c.attemptID, c.worker, c.timeout)
+		return
 	}
 	if err = translate(err); !isNotFound(err) {
-		return nil, nil, fmt.Errorf("claim operation %s: %w", operationID, err)
+		c.err = fmt.Errorf("claim operation %s: %w", c.id, err)
+		return
 	}
-	cur, err := s.Operation(ctx, operationID)
+	s.notClaimed(ctx, c)
+}
+
+// notClaimed explains a leased claim that took nothing by reading the
+// operation: stale, claimed without a lease (it has no entity), or the
+// lease busy.
+func (s *Store) notClaimed(ctx context.Context, c *claim) {
+	cur, err := s.Operation(ctx, c.id)
 	switch {
 	case err != nil:
-		return nil, nil, err
-	case cur.State != op.StatePendingDispatch || cur.LeaseEpoch != epoch:
-		return nil, nil, &op.StaleError{OperationID: operationID, WantState: op.StatePendingDispatch, WantEpoch: epoch, GotState: cur.State, GotEpoch: cur.LeaseEpoch}
+		c.err = err
+	case cur.State != op.StatePendingDispatch || cur.LeaseEpoch != c.epoch:
+		c.err = &op.StaleError{OperationID: c.id, WantState: op.StatePendingDispatch, WantEpoch: c.epoch, GotState: cur.State, GotEpoch: cur.LeaseEpoch}
 	case cur.EntityID == "":
-		return s.BeginAttempt(ctx, operationID, epoch, worker, timeout)
+		c.o, c.att, c.err = s.BeginAttempt(ctx, c.id, c.epoch, c.worker, c.timeout)
+	default:
+		c.err = ErrLeaseBusy
 	}
-	return nil, nil, ErrLeaseBusy
 }
 
 func (s *Store) beginAttempt(ctx context.Context, r reads, operationID string, epoch int64, worker string, timeout time.Duration) (*op.Operation, *op.Attempt, error) {

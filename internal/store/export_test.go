@@ -12,6 +12,11 @@ func HoldOutcomes(s *Store) (queued func() int, release func()) {
 	return hold(s.outcomes)
 }
 
+// HoldClaims is HoldGroup for leased claims.
+func HoldClaims(s *Store) (queued func() int, release func()) {
+	return hold(s.claims)
+}
+
 func hold[T any](g *group[T]) (queued func() int, release func()) {
 	g.mu.Lock()
 	g.running += groupStatements

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -64,7 +66,7 @@ type GroupCounts struct {
 
 // GroupStats is what group commit did, per kind.
 type GroupStats struct {
-	Submits, Outcomes GroupCounts
+	Submits, Claims, Outcomes GroupCounts
 }
 
 // GroupStats returns the group commit counters.
@@ -75,6 +77,9 @@ func (s *Store) GroupStats() GroupStats {
 	}
 	if s.outcomes != nil {
 		st.Outcomes = s.outcomes.counts()
+	}
+	if s.claims != nil {
+		st.Claims = s.claims.counts()
 	}
 	return st
 }
@@ -307,4 +312,70 @@ func outcomeBatchParams(batch []*groupItem[*outcome]) dbsqlc.OperationTransition
 		b.Delays = append(b.Delays, p.Delays...)
 	}
 	return b
+}
+
+// runClaims takes a batch of leased claims: alone with
+// OperationDispatchLeased, else with one OperationDispatchLeasedBatch for
+// the claims that queue for leases with the same tools (the others, and a
+// second claim of one operation, go on their own after it). A claim the
+// statement did not take is explained by reading its operation, as alone;
+// a batch whose statement fails (two claims taking one entity's lease, a
+// deadlock) takes nothing, and each of its claims is then taken on its own.
+// Each item's error is nil: a claim's outcome, failure included, is in it.
+func (s *Store) runClaims(batch []*groupItem[*claim]) {
+	var together, after []*groupItem[*claim]
+	key := strings.Join(batch[0].v.lease.Tools, "\x00")
+	seen := make(map[string]bool, len(batch))
+	for _, it := range batch {
+		if seen[it.v.id] || strings.Join(it.v.lease.Tools, "\x00") != key {
+			after = append(after, it)
+			continue
+		}
+		seen[it.v.id] = true
+		together = append(together, it)
+	}
+	one := func(ctx context.Context, c *claim) error {
+		s.oneClaim(ctx, c)
+		return nil
+	}
+	defer func() {
+		for _, it := range after {
+			it.finish(one(it.ctx, it.v))
+		}
+	}()
+	if len(together) == 1 {
+		together[0].finish(one(together[0].ctx, together[0].v))
+		return
+	}
+	p := dbsqlc.OperationDispatchLeasedBatchParams{Tools: nonNil(slices.Clone(together[0].v.lease.Tools)), Now: s.now()}
+	for _, it := range together {
+		c := it.v
+		p.Ids = append(p.Ids, c.id)
+		p.LeaseEpochs = append(p.LeaseEpochs, c.epoch)
+		p.AttemptIds = append(p.AttemptIds, c.attemptID)
+		p.Workers = append(p.Workers, c.worker)
+		p.TimeoutSeconds = append(p.TimeoutSeconds, c.timeout.Seconds())
+		p.TtlSeconds = append(p.TtlSeconds, max(c.lease.TTL, c.timeout).Seconds())
+	}
+	rows, err := s.q.OperationDispatchLeasedBatch(batchContext(together), p)
+	if err != nil {
+		s.claims.fallBack(together, one)
+		return
+	}
+	taken := make(map[string]dbsqlc.Operation, len(rows))
+	for _, r := range rows {
+		taken[r.ID] = dbsqlc.Operation(r)
+	}
+	for _, it := range together {
+		c := it.v
+		if row, ok := taken[c.id]; ok {
+			c.o, c.att, c.err = claimedAttempt(row, c.attemptID, c.worker, c.timeout)
+			it.finish(nil)
+			continue
+		}
+		go func() {
+			s.notClaimed(it.ctx, c)
+			it.finish(nil)
+		}()
+	}
 }

@@ -195,3 +195,70 @@ func TestGroupCommitOfOutcomes(t *testing.T) {
 	// Every attempt took its answer, the fenced-off one too.
 	require.Equal(t, n, b.count(t, `SELECT count(*) FROM attempts WHERE finished_at IS NOT NULL AND outcome = 'success' AND http_status = 200`))
 }
+
+// Leased claims made at once share a statement, and each ends as it would
+// alone: distinct entities are claimed, of two operations on one entity
+// the older is claimed and the younger finds the lease busy, a stale epoch
+// is stale, and an operation with no entity is claimed without a lease.
+func TestGroupCommitOfLeasedClaims(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	submit := func(i int, entity string) *op.Operation {
+		o := newOp(fmt.Sprintf("key_%d", i), "args")
+		o.EntityID = entity
+		res, err := b.store.Submit(b.ctx, submission(fmt.Sprintf("evt_%d", i), o))
+		require.NoError(t, err)
+		return res.Operation
+	}
+	var ops []*op.Operation
+	for i := range 6 {
+		ops = append(ops, submit(i, fmt.Sprintf("order_%d", i)))
+	}
+	older, younger := submit(6, "order_shared"), submit(7, "order_shared")
+	stale, noEntity := submit(8, "order_stale"), submit(9, "")
+	ops = append(ops, younger, older, stale, noEntity) // the younger queues first
+
+	lease := store.EntityLease{TTL: time.Minute, Tools: []string{"capture_payment"}}
+	queued, release := store.HoldClaims(b.store)
+	got := make([]*op.Operation, len(ops))
+	atts := make([]*op.Attempt, len(ops))
+	errs := make([]error, len(ops))
+	var wg sync.WaitGroup
+	for i, o := range ops {
+		epoch := o.LeaseEpoch
+		if o.ID == stale.ID {
+			epoch++
+		}
+		wg.Go(func() {
+			got[i], atts[i], errs[i] = b.store.BeginLeasedAttempt(b.ctx, o.ID, epoch, "w1", time.Minute, lease)
+		})
+		require.Eventually(t, func() bool { return queued() == i+1 }, 10*time.Second, time.Millisecond)
+	}
+	release()
+	wg.Wait()
+
+	for i, o := range ops {
+		switch o.ID {
+		case younger.ID:
+			require.ErrorIs(t, errs[i], store.ErrLeaseBusy)
+		case stale.ID:
+			require.ErrorIs(t, errs[i], op.ErrStale)
+		default:
+			require.NoError(t, errs[i], i)
+			require.Equal(t, op.StateDispatched, got[i].State)
+			require.Equal(t, o.LeaseEpoch+1, got[i].LeaseEpoch)
+			require.Equal(t, got[i].LeaseEpoch, atts[i].LeaseEpoch)
+			require.Equal(t, 1, atts[i].Number)
+		}
+	}
+	st := b.store.GroupStats().Claims
+	require.EqualValues(t, len(ops), st.Largest, "%+v", st)
+	require.Zero(t, st.Fallbacks, "%+v", st)
+	require.Equal(t, 8, b.count(t, `SELECT count(*) FROM operations WHERE state = 'dispatched'`))
+	require.Equal(t, 8, b.count(t, `SELECT count(*) FROM attempts a JOIN operations o ON o.id = a.operation_id
+		AND a.lease_epoch = o.lease_epoch AND a.number = 1 AND a.worker = 'w1' AND a.deadline_at > a.started_at`))
+	require.Equal(t, 8, b.count(t, `SELECT count(*) FROM operation_events e JOIN attempts a ON a.id = e.attempt_id
+		WHERE e.event = 'dispatch' AND e.seq = 3 AND e.actor = 'w1'`))
+	require.Equal(t, 7, b.count(t, `SELECT count(*) FROM entity_leases l JOIN operations o ON o.id = l.operation_id AND o.state = 'dispatched'`))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM entity_leases WHERE entity_id = 'order_shared' AND operation_id = $1`, older.ID))
+}

@@ -38,6 +38,7 @@ type Store struct {
 	// submits and outcomes write concurrent new intents and concurrent
 	// outcomes together (Options.GroupCommit); nil: one by one.
 	submits  *group[*newSubmission]
+	claims   *group[*claim]
 	outcomes *group[*outcome]
 }
 
@@ -71,8 +72,9 @@ type Options struct {
 	// from the table (see internal/outbox.Waker). It must not block, and it
 	// must not keep or change the slice's messages beyond publishing them.
 	OnOutbox func(due []Message)
-	// GroupCommit is the most new intents (Submit) or outcomes (Transition
-	// with Finish) written by one statement when they come concurrently
+	// GroupCommit is the most new intents (Submit), leased claims
+	// (BeginLeasedAttempt) or outcomes (Transition with Finish) written by
+	// one statement when they come concurrently
 	// (default DefaultGroupCommit; 1 writes each on its own): see group.
 	GroupCommit int
 	// HandoffGrace is how long the rows of messages handed to OnOutbox are
@@ -140,6 +142,7 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 		onOutbox: opts.OnOutbox, timeout: opts.StatementTimeout}
 	if n := cmp.Or(opts.GroupCommit, DefaultGroupCommit); n > 1 {
 		s.submits = &group[*newSubmission]{max: n, run: s.runSubmits}
+		s.claims = &group[*claim]{max: n, run: s.runClaims}
 		s.outcomes = &group[*outcome]{max: n, run: s.runOutcomes}
 	}
 	return s, nil
