@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -287,7 +288,9 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 	for i := range queues {
 		queues[i] = handoff.Take()
 	}
-	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: cfg.DBMaxConns, StatementTimeout: cfg.StatementTimeout, OnOutbox: kick})
+	fallback := groupFallback(cfg.Metrics, cfg.Log)
+	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: cfg.DBMaxConns, StatementTimeout: cfg.StatementTimeout, OnOutbox: kick,
+		OnGroupFallback: fallback})
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +312,8 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 		if url == cfg.DatabaseURL && role == "" {
 			return st, nil
 		}
-		ps, err := store.Open(ctx, url, store.Options{MaxConns: cfg.DBMaxConns, StatementTimeout: cfg.StatementTimeout, OnOutbox: kick, Role: role})
+		ps, err := store.Open(ctx, url, store.Options{MaxConns: cfg.DBMaxConns, StatementTimeout: cfg.StatementTimeout, OnOutbox: kick, Role: role,
+			OnGroupFallback: fallback})
 		if err != nil {
 			return nil, fmt.Errorf("services: %s's store: %w", part, err)
 		}
@@ -483,6 +487,26 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 }
 
 // Stop stops every service, waits for work in flight, and closes connections.
+// groupFallback counts a group-commit statement that fell back to one
+// write at a time, and logs it unless a known event id or key explains it
+// (the expected case for new intents: a redelivery in the batch).
+func groupFallback(m *telemetry.Metrics, log zerolog.Logger) func(kind string, writes int, err error) {
+	return func(kind string, writes int, err error) {
+		cause := "other"
+		switch {
+		case errors.Is(err, op.ErrConflict):
+			cause = "conflict"
+		case errors.Is(err, op.ErrRetryable):
+			cause = "retryable"
+		}
+		m.GroupFallback(kind, cause)
+		if cause != "conflict" {
+			log.Warn().Err(err).Str("kind", kind).Int("writes", writes).Str("cause", cause).
+				Msg("a group-commit statement failed; its writes went one by one")
+		}
+	}
+}
+
 func (s *Services) Stop() {
 	s.cancel()
 	for i := len(s.stops) - 1; i >= 0; i-- {

@@ -33,6 +33,9 @@ const groupStatements = 2
 type group[T any] struct {
 	max int
 	run func(batch []*groupItem[T])
+	// kind and onFallback report a batch that fell back (Options.OnGroupFallback).
+	kind       string
+	onFallback func(kind string, writes int, err error)
 
 	mu      sync.Mutex
 	queue   []*groupItem[T]
@@ -146,8 +149,11 @@ func (g *group[T]) drain() {
 
 // fallBack runs one for each item of a batch whose statement failed, each
 // on its own and at once, and finishes it with one's error.
-func (g *group[T]) fallBack(batch []*groupItem[T], one func(ctx context.Context, v T) error) {
+func (g *group[T]) fallBack(batch []*groupItem[T], cause error, one func(ctx context.Context, v T) error) {
 	g.fallbacks.Add(1)
+	if g.onFallback != nil {
+		g.onFallback(g.kind, len(batch), cause)
+	}
 	for _, it := range batch {
 		go func() { it.finish(one(it.ctx, it.v)) }()
 	}
@@ -175,7 +181,7 @@ func (s *Store) runSubmits(batch []*groupItem[*newSubmission]) {
 		ns[i] = it.v
 	}
 	if err := s.execNewBatch(batchContext(batch), ns); err != nil {
-		s.submits.fallBack(batch, s.execNew)
+		s.submits.fallBack(batch, err, s.execNew)
 		return
 	}
 	for _, it := range batch {
@@ -237,7 +243,7 @@ func (s *Store) runOutcomes(batch []*groupItem[*outcome]) {
 	ctx := batchContext(together)
 	rows, err := s.q.OperationTransitionFinishingBatch(ctx, outcomeBatchParams(together))
 	if err != nil {
-		s.outcomes.fallBack(together, s.oneOutcome)
+		s.outcomes.fallBack(together, translate(err), s.oneOutcome)
 		return
 	}
 	changed := make(map[string]dbsqlc.Operation, len(rows))
@@ -359,7 +365,7 @@ func (s *Store) runClaims(batch []*groupItem[*claim]) {
 	}
 	rows, err := s.q.OperationDispatchLeasedBatch(batchContext(together), p)
 	if err != nil {
-		s.claims.fallBack(together, one)
+		s.claims.fallBack(together, translate(err), one)
 		return
 	}
 	taken := make(map[string]dbsqlc.Operation, len(rows))

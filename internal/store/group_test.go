@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -59,6 +60,16 @@ func TestGroupCommitWritesConcurrentIntentsTogether(t *testing.T) {
 func TestGroupCommitBatchWithKnownIDsFallsBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	var mu sync.Mutex
+	var fell []string
+	st, err := store.Open(b.ctx, b.url, store.Options{MaxConns: 8, OnGroupFallback: func(kind string, writes int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		fell = append(fell, fmt.Sprintf("%s %d %v", kind, writes, errors.Is(err, op.ErrConflict)))
+	}})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	b.store = st
 	first, err := b.store.Submit(b.ctx, submission("evt_known", newOp("key_known", "args")))
 	require.NoError(t, err)
 	require.Equal(t, op.DecisionNew, first.Decision)
@@ -94,9 +105,12 @@ func TestGroupCommitBatchWithKnownIDsFallsBack(t *testing.T) {
 	require.Equal(t, c.Operation.ID, d.Operation.ID)
 	require.Equal(t, op.DecisionConflict, results[5].Decision)
 
-	st := b.store.GroupStats().Submits
-	require.EqualValues(t, 1, st.Fallbacks, "%+v", st)
-	require.EqualValues(t, len(subs), st.Largest, "%+v", st)
+	gs := b.store.GroupStats().Submits
+	require.EqualValues(t, 1, gs.Fallbacks, "%+v", gs)
+	require.EqualValues(t, len(subs), gs.Largest, "%+v", gs)
+	mu.Lock()
+	require.Equal(t, []string{fmt.Sprintf("submit %d true", len(subs))}, fell, "the fallback is reported, caused by a unique violation")
+	mu.Unlock()
 	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM operations`))
 	require.Equal(t, 6, b.count(t, `SELECT count(*) FROM inbox`))
 	require.Equal(t, 6, b.count(t, `SELECT count(*) FROM operation_events`))

@@ -77,6 +77,12 @@ type Options struct {
 	// one statement when they come concurrently
 	// (default DefaultGroupCommit; 1 writes each on its own): see group.
 	GroupCommit int
+	// OnGroupFallback, when set, is called when a group statement failed and
+	// its writes went one by one: kind is "submit", "claim" or "outcome",
+	// writes how many it carried, err why (a known event id or key is the
+	// expected reason for submits; anything else is worth a look). It must
+	// not block.
+	OnGroupFallback func(kind string, writes int, err error)
 	// HandoffGrace is how long the rows of messages handed to OnOutbox are
 	// left to the relay they were handed to before any relay may claim them
 	// (default DefaultHandoffGrace; ignored without OnOutbox): they are
@@ -141,9 +147,10 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	s := &Store{reads: reads{q: dbsqlc.New(wrapDeadline(pool, opts.StatementTimeout)), clock: opts.Clock, handoff: handoff}, pool: pool,
 		onOutbox: opts.OnOutbox, timeout: opts.StatementTimeout}
 	if n := cmp.Or(opts.GroupCommit, DefaultGroupCommit); n > 1 {
-		s.submits = &group[*newSubmission]{max: n, run: s.runSubmits}
-		s.claims = &group[*claim]{max: n, run: s.runClaims}
-		s.outcomes = &group[*outcome]{max: n, run: s.runOutcomes}
+		fb := opts.OnGroupFallback
+		s.submits = &group[*newSubmission]{max: n, run: s.runSubmits, kind: "submit", onFallback: fb}
+		s.claims = &group[*claim]{max: n, run: s.runClaims, kind: "claim", onFallback: fb}
+		s.outcomes = &group[*outcome]{max: n, run: s.runOutcomes, kind: "outcome", onFallback: fb}
 	}
 	return s, nil
 }

@@ -22,6 +22,7 @@ type bundle struct {
 	ctx   context.Context
 	store *store.Store
 	db    *pgxpool.Pool // for counting rows behind the store's back
+	url   string
 }
 
 func setup(t *testing.T) bundle {
@@ -34,7 +35,7 @@ func setup(t *testing.T) bundle {
 	db, err := pgxpool.New(ctx, url)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
-	return bundle{ctx: ctx, store: st, db: db}
+	return bundle{ctx: ctx, store: st, db: db, url: url}
 }
 
 func (b bundle) count(t *testing.T, sql string, args ...any) int {

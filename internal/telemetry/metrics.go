@@ -22,6 +22,7 @@ type Metrics struct {
 	parked      prometheus.Gauge
 	leader      prometheus.Gauge
 	refused     *prometheus.CounterVec
+	fallbacks   *prometheus.CounterVec
 
 	webhookDeliveries *prometheus.CounterVec
 	webhookRejected   *prometheus.CounterVec
@@ -84,6 +85,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.webhookSettled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "opledger_webhook_settlements_total", Help: "Operations settled by a webhook rather than by their attempt or a lookup, by provider, tool and the state they reached.",
 	}, []string{"provider", "tool", "to"})
+	m.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "opledger_group_fallbacks_total", Help: "Group-commit statements that failed, so that their writes went one by one, by kind (submit, claim, outcome) and cause (conflict: a known event id or key, expected for submits; retryable: a deadlock; other: worth a look).",
+	}, []string{"kind", "cause"})
+	reg.MustRegister(m.fallbacks)
 	reg.MustRegister(m.intents, m.intentLat, m.attempts, m.dispatchLat, m.transitions, m.redelivered, m.reconciled, m.redriven,
 		m.maintained, m.capped, m.parked, m.leader, m.webhookDeliveries, m.webhookRejected, m.webhookEvidence, m.webhookSettled, m.refused)
 	return m
@@ -153,6 +158,14 @@ func (m *Metrics) Maintained(task string, n int) {
 		return
 	}
 	m.maintained.WithLabelValues(task).Add(float64(n))
+}
+
+// GroupFallback counts a group-commit statement whose writes went one by one.
+func (m *Metrics) GroupFallback(kind, cause string) {
+	if m == nil {
+		return
+	}
+	m.fallbacks.WithLabelValues(kind, cause).Inc()
 }
 
 // Capped counts a maintenance pass that hit its batch cap.
