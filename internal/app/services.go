@@ -486,7 +486,6 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 	return s, nil
 }
 
-// Stop stops every service, waits for work in flight, and closes connections.
 // groupFallback counts a group-commit statement that fell back to one
 // write at a time, and logs it unless a known event id or key explains it
 // (the expected case for new intents: a redelivery in the batch).
@@ -507,6 +506,7 @@ func groupFallback(m *telemetry.Metrics, log zerolog.Logger) func(kind string, w
 	}
 }
 
+// Stop stops every service, waits for work in flight, and closes connections.
 func (s *Services) Stop() {
 	s.cancel()
 	for i := len(s.stops) - 1; i >= 0; i-- {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,7 +20,8 @@ const DefaultGroupCommit = 64
 // one waiting on its commit while the next fills.
 const groupStatements = 2
 
-// group is group commit of one kind of write (new intents, outcomes):
+// group is group commit of one kind of write (new intents, leased claims,
+// outcomes):
 // concurrent callers queue their prepared writes, and whichever finds fewer
 // than groupStatements statements running starts one, which takes
 // everything queued (up to max) into one statement and goes on until the
@@ -29,7 +29,7 @@ const groupStatements = 2
 // idle store runs at once, alone, and under load the queue fills while the
 // statements before it run, so batches grow with the load. run writes a
 // batch and closes each item's done; what it does when the batch statement
-// fails is the kind's (see Store.runSubmits and Store.runOutcomes).
+// fails is the kind's (Store.runSubmits, runClaims and runOutcomes).
 type group[T any] struct {
 	max int
 	run func(batch []*groupItem[T])
@@ -123,7 +123,11 @@ func (g *group[T]) drain() {
 		}
 		batch := make([]*groupItem[T], k)
 		copy(batch, g.queue)
-		g.queue = append(g.queue[:0], g.queue[k:]...)
+		// Shift the rest down, and let go of the tail, so that the queue's
+		// array does not keep finished writes alive.
+		rest := copy(g.queue, g.queue[k:])
+		clear(g.queue[rest:])
+		g.queue = g.queue[:rest]
 		g.mu.Unlock()
 
 		live := batch[:0]
@@ -353,7 +357,7 @@ func (s *Store) runClaims(batch []*groupItem[*claim]) {
 		together[0].finish(one(together[0].ctx, together[0].v))
 		return
 	}
-	p := dbsqlc.OperationDispatchLeasedBatchParams{Tools: nonNil(slices.Clone(together[0].v.lease.Tools)), Now: s.now()}
+	p := dbsqlc.OperationDispatchLeasedBatchParams{Tools: nonNil(together[0].v.lease.Tools), Now: s.now()}
 	for _, it := range together {
 		c := it.v
 		p.Ids = append(p.Ids, c.id)

@@ -35,8 +35,8 @@ type Store struct {
 	onOutbox func(due []Message)
 	// timeout bounds statements without a deadline (Options.StatementTimeout).
 	timeout time.Duration
-	// submits and outcomes write concurrent new intents and concurrent
-	// outcomes together (Options.GroupCommit); nil: one by one.
+	// submits, claims and outcomes write concurrent new intents, leased
+	// claims and outcomes together (Options.GroupCommit); nil: one by one.
 	submits  *group[*newSubmission]
 	claims   *group[*claim]
 	outcomes *group[*outcome]

@@ -382,8 +382,9 @@ func (s *Store) execNew(ctx context.Context, n *newSubmission) error {
 }
 
 // execNewBatch writes prepared submissions with one OperationSubmitNewBatch,
-// all or nothing; they must share Initial (simple ones do: op.EventEnqueue). On success each one's
-// result holds its operation as created.
+// all or nothing; they must share Initial (simple ones do: op.EventEnqueue).
+// On success each one's result holds its operation as created. An error
+// means nothing was written.
 func (s *Store) execNewBatch(ctx context.Context, batch []*newSubmission) error {
 	first := batch[0].sub
 	p := dbsqlc.OperationSubmitNewBatchParams{Now: s.now(), Initial: string(first.Initial)}
@@ -424,15 +425,17 @@ func (s *Store) execNewBatch(ctx context.Context, batch []*newSubmission) error 
 	if err != nil {
 		return fmt.Errorf("submit %d intents at once: %w", len(batch), translate(err))
 	}
+	// Committed: every operation of the batch exists (the statement inserts
+	// all of them or fails), and each answer keeps the operation as its
+	// row came back.
 	byID := make(map[string]dbsqlc.Operation, len(rows))
 	for _, r := range rows {
 		byID[r.ID] = dbsqlc.Operation(r)
 	}
-	if len(byID) != len(batch) {
-		return fmt.Errorf("submit %d intents at once: %d operations created", len(batch), len(byID))
-	}
 	for _, n := range batch {
-		n.res.Operation = toOperation(byID[*n.p.ID])
+		if row, ok := byID[*n.p.ID]; ok {
+			n.res.Operation = toOperation(row)
+		}
 	}
 	s.handOff(due)
 	return nil
