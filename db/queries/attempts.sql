@@ -102,9 +102,15 @@ WITH input AS (
                              unnest(@workers::text[]), unnest(@timeout_seconds::float8[]), unnest(@ttl_seconds::float8[]))
          AS i(id, lease_epoch, attempt_id, worker, timeout_seconds, ttl_seconds)
 ), cur AS (
+    -- One probe of the primary key per claim: a lateral subquery with a
+    -- limit is never turned into a join, so the planner cannot hash a scan
+    -- of operations against the claims, as it did while the table was
+    -- still small enough for its cached plan to think that cheaper.
     SELECT o.id, o.entity_type, o.entity_id, o.created_at, i.ttl_seconds
-    FROM input i JOIN operations o ON o.id = i.id
-    WHERE o.state = 'pending_dispatch' AND o.lease_epoch = i.lease_epoch AND o.entity_id <> ''
+    FROM input i CROSS JOIN LATERAL (
+        SELECT o.id, o.entity_type, o.entity_id, o.created_at FROM operations o
+        WHERE o.id = i.id AND o.state = 'pending_dispatch' AND o.lease_epoch = i.lease_epoch AND o.entity_id <> ''
+        LIMIT 1) o
 ), older AS (
     SELECT cur.id FROM cur
     LEFT JOIN LATERAL (

@@ -123,6 +123,16 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
+	// A random page costs about what a sequential one does, unless the
+	// connection string says otherwise: the ledger's hot rows are in memory
+	// or on SSD. With Postgres's default (4, a spinning disk), the group
+	// statements' cached plans hashed a sequential scan of attempts (and of
+	// operations) against a batch of a few dozen ids for as long as the
+	// table had a few thousand rows, each outcome statement reading the
+	// whole table (docs/architecture.md, "Where the time goes").
+	if _, set := cfg.ConnConfig.RuntimeParams["random_page_cost"]; !set {
+		cfg.ConnConfig.RuntimeParams["random_page_cost"] = "1.1"
+	}
 	if opts.Role != "" {
 		setRole := "SET ROLE " + pgx.Identifier{opts.Role}.Sanitize()
 		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
