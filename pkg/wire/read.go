@@ -29,13 +29,15 @@ func ReadJSON(data []byte, v any) error {
 	if err := checkUTF8(data); err != nil {
 		return fmt.Errorf("%w: %w", err, op.ErrInvalid)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := checkValue(dec, reflect.TypeOf(v), ""); err != nil {
-		return fmt.Errorf("%w: %w", err, op.ErrInvalid)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("data after the JSON value: %w", op.ErrInvalid)
+	if !quickValue(data, reflect.TypeOf(v)) {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		if err := checkValue(dec, reflect.TypeOf(v), ""); err != nil {
+			return fmt.Errorf("%w: %w", err, op.ErrInvalid)
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return fmt.Errorf("data after the JSON value: %w", op.ErrInvalid)
+		}
 	}
 	if err := json.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("%s: %w", shortJSONError(err), op.ErrInvalid)

@@ -232,8 +232,10 @@ func decodeStrict(body []byte, v any, fields []string, nested map[string][]strin
 	if err := checkUTF8(body); err != nil {
 		return fmt.Errorf("%w: %w", err, op.ErrInvalid)
 	}
-	if err := strictObject(body, fields, nested); err != nil {
-		return fmt.Errorf("%w: %w", err, op.ErrInvalid)
+	if !quickObject(body, fields, nested) {
+		if err := strictObject(body, fields, nested); err != nil {
+			return fmt.Errorf("%w: %w", err, op.ErrInvalid)
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
