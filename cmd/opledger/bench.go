@@ -359,14 +359,18 @@ func (b *bench) throughput(ctx context.Context) error {
 			return err
 		}
 	}
+	dataDir := b.dataDirectory(ctx)
+	cpu0 := sampleCPU(dataDir)
 	elapsed, err := benchRun(ctx, b.cl, wf, b.cfg.Ops, b.cfg.Concurrency)
+	cpu1 := sampleCPU(dataDir)
 	if b.cfg.CPUProfile != "" {
 		pprof.StopCPUProfile()
 	}
 	if err != nil {
 		return err
 	}
-	t := &throughputReport{Ops: b.cfg.Ops, Seconds: elapsed.Seconds(), OpsPerSec: float64(b.cfg.Ops) / elapsed.Seconds()}
+	t := &throughputReport{Ops: b.cfg.Ops, Seconds: elapsed.Seconds(), OpsPerSec: float64(b.cfg.Ops) / elapsed.Seconds(),
+		CPU: cpuCost(cpu0, cpu1, b.cfg.Ops)}
 	b.rep.Throughput, b.thr = t, t.OpsPerSec
 	fmt.Fprintf(b.out, "throughput: %d operations intent→completed_success in %s = %.0f ops/s (closed loop, %d publishes in flight)\n",
 		b.cfg.Ops, elapsed.Round(time.Millisecond), t.OpsPerSec, b.cfg.Concurrency)
@@ -380,6 +384,7 @@ func (b *bench) throughput(ctx context.Context) error {
 		return err
 	}
 	t.Stages.print(b.out)
+	t.CPU.print(b.out, "  ")
 	t.Cluster.print(b.out, "  ")
 	t.PGSS.print(b.out, "  ")
 	return nil

@@ -24,6 +24,7 @@ type baselineReport struct {
 	Ops         int                `json:"ops"`
 	Seconds     float64            `json:"seconds"`
 	OpsPerSec   float64            `json:"ops_per_sec"`
+	CPU         *cpuReport         `json:"cpu,omitempty"`
 	Cluster     *clusterCostReport `json:"cluster,omitempty"`
 	PGSS        *pgssReport        `json:"pgss,omitempty"`
 	// Latency holds one run per load of opledger's latency runs, with the
@@ -131,10 +132,13 @@ func (b *bench) baseline(ctx context.Context) error {
 	if err := b.resetPGSS(ctx); err != nil {
 		return err
 	}
+	dataDir := b.dataDirectory(ctx)
+	cpu0 := sampleCPU(dataDir)
 	elapsed, err := t.closedLoop(ctx, "thr", b.cfg.Ops)
 	if err != nil {
 		return err
 	}
+	r.CPU = cpuCost(cpu0, sampleCPU(dataDir), b.cfg.Ops)
 	r.Seconds, r.OpsPerSec = elapsed.Seconds(), float64(b.cfg.Ops)/elapsed.Seconds()
 	if r.PGSS, err = b.snapshotPGSS(ctx, b.cfg.Ops); err != nil {
 		return err
@@ -144,6 +148,7 @@ func (b *bench) baseline(ctx context.Context) error {
 	}
 	fmt.Fprintf(b.out, "  throughput: %d calls request→recorded answer in %s = %.0f ops/s (%.2f× opledger's)\n",
 		b.cfg.Ops, elapsed.Round(time.Millisecond), r.OpsPerSec, r.OpsPerSec/b.thr)
+	r.CPU.print(b.out, "  ")
 	r.Cluster.print(b.out, "  ")
 	r.PGSS.print(b.out, "  ")
 

@@ -60,6 +60,7 @@ type throughputReport struct {
 	Seconds   float64            `json:"seconds"`
 	OpsPerSec float64            `json:"ops_per_sec"`
 	Stages    *stageReport       `json:"stages,omitempty"`
+	CPU       *cpuReport         `json:"cpu,omitempty"`
 	Cluster   *clusterCostReport `json:"cluster,omitempty"`
 	PGSS      *pgssReport        `json:"pgss,omitempty"`
 }
@@ -177,6 +178,12 @@ func (b *bench) sideBySide() {
 	w := b.out
 	fmt.Fprintf(w, "side by side (same run, same vendor, same concurrency and arrivals):  %12s %12s\n", "opledger", "baseline")
 	fmt.Fprintf(w, "  %-68s %12.0f %12.0f\n", "throughput, ops/s", b.rep.Throughput.OpsPerSec, bl.OpsPerSec)
+	if c, bc := b.rep.Throughput.CPU, bl.CPU; c != nil && bc != nil {
+		fmt.Fprintf(w, "  %-68s %12.3f %12.3f\n", "CPU ms per operation, this process", c.ProcessMsPerOp, bc.ProcessMsPerOp)
+		if c.PostgresMsPerOp != nil && bc.PostgresMsPerOp != nil {
+			fmt.Fprintf(w, "  %-68s %12.3f %12.3f\n", "CPU ms per operation, Postgres", *c.PostgresMsPerOp, *bc.PostgresMsPerOp)
+		}
+	}
 	if c, bc := b.rep.Throughput.Cluster, bl.Cluster; c != nil && bc != nil {
 		fmt.Fprintf(w, "  %-68s %12.2f %12.2f\n", "write transactions per operation", c.WriteTransactionsPerOp, bc.WriteTransactionsPerOp)
 		fmt.Fprintf(w, "  %-68s %12.0f %12.0f\n", "WAL bytes per operation", c.WALBytesPerOp, bc.WALBytesPerOp)
