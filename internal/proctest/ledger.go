@@ -137,6 +137,7 @@ func (s *System) WaitSettled(timeout time.Duration) ([]*op.Operation, time.Durat
 	for {
 		p := s.Check()
 		if p.Done() {
+			s.CheckReferences()
 			return s.Operations(), time.Since(began)
 		}
 		if time.Now().After(nextLog) {
@@ -149,6 +150,27 @@ func (s *System) WaitSettled(timeout time.Duration) ([]*op.Operation, time.Durat
 			s.t.Fatalf("proctest: the promise does not hold after %s: %s\n%s", time.Since(began).Round(time.Millisecond), p, s.Report(p))
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// orphansSQL counts the rows of the tables every operation writes that
+// name an operation the ledger does not have. Those tables have no foreign
+// key to operations (migration 0020: the checks cost more than they could
+// find), so this is where a statement that wrote one would show.
+const orphansSQL = `SELECT
+	(SELECT count(*) FROM operation_events e WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = e.operation_id)) +
+	(SELECT count(*) FROM attempts a WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = a.operation_id)) +
+	(SELECT count(*) FROM outbox b WHERE b.operation_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = b.operation_id)) +
+	(SELECT count(*) FROM inbox i WHERE i.operation_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = i.operation_id)) +
+	(SELECT count(*) FROM entity_leases l WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = l.operation_id))`
+
+// CheckReferences fails the test when an event, attempt, outbox row, inbox
+// row or entity lease names an operation the ledger does not have.
+// WaitSettled calls it once the promise holds.
+func (s *System) CheckReferences() {
+	s.t.Helper()
+	if n := s.Count(orphansSQL); n > 0 {
+		s.t.Errorf("proctest: %d rows name an operation the ledger does not have", n)
 	}
 }
 
