@@ -192,7 +192,7 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 		Durable: f.cfg.Infra.Durable, MemoryStreams: f.cfg.Infra.MemoryStreams, Arrivals: string(cfg.Arrivals),
 		Rate: cfg.Rate.String(), HighLoadPercent: cfg.HighLoad, LatencySeconds: cfg.LatencyDuration.Seconds(),
 		PGSeconds: cfg.PGSeconds, Preload: cfg.Preload, DurationSeconds: cfg.Duration.Seconds(), IntervalSeconds: cfg.Interval.Seconds(),
-		PGSS: cfg.PGSS, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
+		PGSS: cfg.PGSS, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: gcPercent(env), GoVersion: runtime.Version(),
 	}}
 
 	d, err := app.StartStack(ctx, f.cfg)
@@ -213,9 +213,9 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 		fmt.Fprintf(text, "# %s\n", w)
 	}
 	fmt.Fprintf(text, "# run %s: every workflow, event id and order id of this run starts with it\n", b.run)
-	fmt.Fprintf(text, "# dispatchers=%d relays=%d ingest-workers=%d dispatch-workers=%d db-conns=%d durable=%v concurrency=%d arrivals=%s (0 = service default); postgres %s, %d CPUs\n",
+	fmt.Fprintf(text, "# dispatchers=%d relays=%d ingest-workers=%d dispatch-workers=%d db-conns=%d durable=%v concurrency=%d arrivals=%s (0 = service default); postgres %s, %d CPUs, GOGC=%s\n",
 		sc.Dispatchers, sc.Relays, sc.IngestWorkers, sc.DispatchWorkers, sc.DBMaxConns, f.cfg.Infra.Durable, cfg.Concurrency, cfg.Arrivals,
-		b.rep.Settings.PostgresVersion, runtime.NumCPU())
+		b.rep.Settings.PostgresVersion, runtime.NumCPU(), b.rep.Settings.GOGC)
 	if len(pgSet) > 0 {
 		fmt.Fprintf(text, "# private cluster settings: %s\n", pgSet)
 	}
@@ -286,6 +286,15 @@ func (c *benchConfig) validate() error {
 		return fmt.Errorf("-duration may not be negative, and -interval must be positive")
 	}
 	return nil
+}
+
+// gcPercent is the collector's target the process runs with: GOGC as set,
+// or the binaries' default (app.TuneGC).
+func gcPercent(env func(string) (string, bool)) string {
+	if v, set := env("GOGC"); set {
+		return v
+	}
+	return strconv.Itoa(app.DefaultGCPercent)
 }
 
 // bench is one run of opledger bench.

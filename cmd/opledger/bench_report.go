@@ -51,6 +51,7 @@ type benchSettings struct {
 	PGSS            bool    `json:"pgss"`
 	CPUs            int     `json:"cpus"`
 	GOMAXPROCS      int     `json:"gomaxprocs"`
+	GOGC            string  `json:"gogc"`
 	GoVersion       string  `json:"go_version"`
 	PostgresVersion string  `json:"postgres_version"`
 }

@@ -18,6 +18,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/opledger/opledger/internal/app"
 )
 
 const usage = `usage: opledger <command> [flags]
@@ -50,6 +52,7 @@ Run "opledger <command> -h" for the flags of a command.
 type command func(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) error
 
 func main() {
+	app.TuneGC(os.LookupEnv)
 	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
 }
 

@@ -16,6 +16,7 @@ import (
 )
 
 func main() {
+	app.TuneGC(os.LookupEnv)
 	cfg, err := app.ParseServiceFlags(app.Reconciler, os.Args[1:], os.LookupEnv, os.Stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
