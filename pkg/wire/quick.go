@@ -31,6 +31,15 @@ func quickValue(data []byte, t reflect.Type) bool {
 	return s.value(t) && s.end()
 }
 
+// NoRepeatedKeys reports whether data is one valid JSON value in which no
+// object has a key twice, every key written without escapes, in one pass
+// that allocates nothing: a reader that refuses repeated keys (a vendor's
+// answer, whose {"status":"failed","status":"succeeded"} encoding/json
+// would read as a success) may then decode data with encoding/json. False
+// does not say that a key repeats: a key written with an escape is not
+// read here, and the reader decides such a value the slow way.
+func NoRepeatedKeys(data []byte) bool { return quickValue(data, nil) }
+
 // quickObject reports whether body keeps strictObject's rules: one object
 // whose keys are all in fields (nil: any), none twice; the nested objects
 // named in nested keep their own lists; no key twice anywhere inside.

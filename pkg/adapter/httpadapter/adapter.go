@@ -21,6 +21,7 @@ import (
 
 	"github.com/opledger/opledger/pkg/adapter"
 	"github.com/opledger/opledger/pkg/op"
+	msgwire "github.com/opledger/opledger/pkg/wire"
 )
 
 var (
@@ -592,6 +593,15 @@ func parseJSON(b []byte) (any, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
+	if msgwire.NoRepeatedKeys(b) {
+		// Nearly every answer: decoded at once, without the token walk
+		// below, which only a key written with an escape still needs.
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, errNotJSON
+		}
+		return v, nil
+	}
 	v, err := jsonValue(dec)
 	if err != nil {
 		return nil, errNotJSON
