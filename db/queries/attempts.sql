@@ -29,14 +29,25 @@ SELECT * FROM attempts WHERE operation_id = @operation_id ORDER BY number;
 -- name: OperationDispatchLeased :one
 -- OperationDispatch for an operation that holds its entity's lease while in
 -- flight, in one statement: the lease goes to the operation only if no
--- older operation of the leased tools waits on the entity (leases are
--- granted in the order operations were created) and the lease is free,
--- expired on the database's clock, or already this operation's; then the
--- claim, its event and its attempt row, as in OperationDispatch. The
--- lease's primary key serialises claimers of one entity: a second one
--- waits for the first's commit and then finds the lease taken. No row: the
--- operation is not pending at that epoch any more (a stale command), or
--- the lease is busy; reading the operation tells which.
+-- older operation of the leased tools on the entity may still be sent
+-- (leases are granted in the order operations were created) and the lease
+-- is free, expired on the database's clock, or already this operation's;
+-- then the claim, its event and its attempt row, as in OperationDispatch.
+-- An older operation may still be sent while it waits (pending_dispatch),
+-- is in flight (dispatched, acknowledged) or its outcome is unknown
+-- (unknown_outcome, and failed_retryable on its way back): the reconciler
+-- may send it again under its key, so a younger one waits for it however
+-- long its lease has been expired, or the older request would land after
+-- the younger one (a status set back, then overwritten by the step before
+-- it). Only an older operation a person owns (escalated) lets the younger
+-- ones by, once its lease has expired. The lease's primary key serialises
+-- claimers of one entity: a second one waits for the first's commit and
+-- then finds the lease taken. Because the probe counts those states, an
+-- older operation going from one of them to another (dispatched back to
+-- pending_dispatch, say, while this statement waits for the lease row)
+-- never lets a younger one by either. No row: the operation is not
+-- pending at that epoch any more (a stale command), or the lease is busy;
+-- reading the operation tells which.
 WITH cur AS (
     SELECT o.id, o.entity_type, o.entity_id, o.created_at FROM operations o
     WHERE o.id = @id AND o.state = 'pending_dispatch' AND o.lease_epoch = @lease_epoch AND o.entity_id <> ''
@@ -48,7 +59,8 @@ WITH cur AS (
     LEFT JOIN LATERAL (
         SELECT 1 AS waiting FROM operations w
         WHERE w.entity_type = cur.entity_type AND w.entity_id = cur.entity_id AND w.entity_id <> '' AND w.id <> cur.id
-          AND w.state = 'pending_dispatch' AND w.tool = ANY(@tools::text[])
+          AND w.state IN ('pending_dispatch', 'dispatched', 'acknowledged', 'unknown_outcome', 'failed_retryable')
+          AND w.tool = ANY(@tools::text[])
           AND (w.created_at, w.id) < (cur.created_at, cur.id)
         LIMIT 1) w ON true
     WHERE w.waiting IS NULL
@@ -92,8 +104,10 @@ SELECT * FROM claimed;
 -- with the same @tools. Each claim is taken exactly as its own statement
 -- would take it; the operations returned are the ones claimed, and the
 -- caller explains the others (stale, no entity, or the lease busy) by
--- reading them. Two claims for one entity in one statement: the older
--- waiting one goes first and the other is busy, as alone; if neither
+-- reading them. An older operation that may still be sent keeps a
+-- younger one waiting, as alone. Two claims for one entity in one
+-- statement: the older waiting one goes first and the other is busy, as
+-- alone; if neither
 -- waits for the other (tools that do not queue together) the lease's
 -- upsert fails the statement and the caller claims each on its own.
 -- Leases are taken in entity order.
@@ -116,7 +130,8 @@ WITH input AS (
     LEFT JOIN LATERAL (
         SELECT 1 AS waiting FROM operations w
         WHERE w.entity_type = cur.entity_type AND w.entity_id = cur.entity_id AND w.entity_id <> '' AND w.id <> cur.id
-          AND w.state = 'pending_dispatch' AND w.tool = ANY(@tools::text[])
+          AND w.state IN ('pending_dispatch', 'dispatched', 'acknowledged', 'unknown_outcome', 'failed_retryable')
+          AND w.tool = ANY(@tools::text[])
           AND (w.created_at, w.id) < (cur.created_at, cur.id)
         LIMIT 1) w ON true
     WHERE w.waiting IS NULL

@@ -126,7 +126,9 @@ func (s *Service) Handle(ctx context.Context, d bus.Delivery) error {
 	cancelClaim()
 	if errors.Is(err, store.ErrLeaseBusy) {
 		// Another operation on the entity is in flight, or an older one
-		// waits first: look again shortly. The lease's TTL bounds the wait.
+		// may still be sent (it waits, is in flight, or its outcome is
+		// unknown) and goes first: look again shortly. The older one's
+		// settling (or escalation, then its lease's TTL) bounds the wait.
 		s.m.Suppressed("lease_wait", cmd.Tool)
 		log.Debug().Msg("entity lease busy; waiting")
 		return bus.RetryIn(err, 200*time.Millisecond)

@@ -37,7 +37,9 @@ func (s *Store) BeginAttempt(ctx context.Context, operationID string, epoch int6
 }
 
 // ErrLeaseBusy: the operation's entity is leased to another operation, or
-// an older operation on it waits first. Try again shortly; nothing changed.
+// an older operation on it may still be sent (it waits, is in flight, or
+// its outcome is unknown) and goes first. Try again shortly; nothing
+// changed.
 var ErrLeaseBusy = errors.New("the entity's lease is held or an older operation waits for it")
 
 // EntityLease asks BeginAttempt to take the operation's entity lease.
@@ -45,14 +47,17 @@ type EntityLease struct {
 	// TTL of the lease; at least the tool's timeout.
 	TTL time.Duration
 	// Tools are the tools whose operations queue for the same leases: an
-	// older waiting operation of one of them goes first.
+	// older operation of one of them that may still be sent goes first.
 	Tools []string
 }
 
 // BeginLeasedAttempt is BeginAttempt for a tool whose operations hold their
 // entity's lease while in flight, in one statement: the lease goes to the
-// oldest waiting operation of the leased tools, and only if it is free,
-// expired, or already this operation's; then the claim. An operation with
+// operation only if no older operation of the leased tools on the entity
+// may still be sent (pending_dispatch, dispatched, acknowledged,
+// unknown_outcome: however long ago its lease expired, since the
+// reconciler may send it again), and only if the lease is free, expired,
+// or already this operation's; then the claim. An operation with
 // no entity is claimed without a lease. Errors: ErrLeaseBusy, and those of
 // BeginAttempt.
 func (s *Store) BeginLeasedAttempt(ctx context.Context, operationID string, epoch int64, worker string, timeout time.Duration,
