@@ -24,7 +24,8 @@
 --
 -- Where a statement references a column (WHERE, RETURNING, a subquery), the
 -- role needs SELECT on it; SELECT ... FOR UPDATE needs UPDATE on some column.
--- Identity columns (outbox.id, audit_log.id) need no grant on their sequence.
+-- Identity columns (outbox.id, audit_log.id) need no grant on their sequence;
+-- another table's default that takes its next value (outbox_batches.seq) does.
 
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM opledger_ingest, opledger_dispatcher, opledger_reconciler,
     opledger_compensator, opledger_maintainer, opledger_relay, opledger_operator;
@@ -87,6 +88,27 @@ GRANT UPDATE (claimed_by, claimed_until, publish_count, last_error, publish_fail
 GRANT DELETE ON outbox TO opledger_relay;
 -- Operators put parked rows back to be published (OutboxRequeueParked).
 GRANT UPDATE (parked_at, publish_failures, claimed_until, available_at) ON outbox TO opledger_operator;
+
+-- outbox_batches: the messages due at once of a statement of the hot path
+-- (a new intent, an outcome), one row per statement, written by the roles
+-- that write outbox rows; relays claim, delete and split them; the
+-- maintainer's re-drive looks for an operation's waiting messages in them.
+-- Their seq takes the next value of outbox's identity sequence.
+GRANT INSERT ON outbox_batches TO opledger_ingest, opledger_dispatcher, opledger_reconciler,
+    opledger_compensator, opledger_maintainer, opledger_operator;
+GRANT USAGE ON SEQUENCE outbox_id_seq TO opledger_ingest, opledger_dispatcher, opledger_reconciler,
+    opledger_compensator, opledger_maintainer, opledger_operator;
+GRANT SELECT ON outbox_batches TO opledger_relay, opledger_maintainer, opledger_operator;
+GRANT UPDATE (claimed_by, claimed_until, publish_count) ON outbox_batches TO opledger_relay;
+GRANT DELETE ON outbox_batches TO opledger_relay;
+-- A relay that cannot publish a batch whole has its unpublished messages
+-- made rows of outbox by outbox_split_batch, which runs as the owner: a
+-- relay may not write rows of outbox itself.
+GRANT EXECUTE ON FUNCTION outbox_split_batch(text, text, text[], text[], float8, text, timestamptz) TO opledger_relay;
+
+-- outbox_messages: every unpublished message, rows and batches alike, for
+-- the reads that ask about messages (an operation's, the unsent count).
+GRANT SELECT ON outbox_messages TO opledger_relay, opledger_maintainer, opledger_operator;
 
 -- reconcile_lookups: the reconciler counts the lookups of each ambiguous
 -- outcome in the ledger; the maintainer reads them (a command only held

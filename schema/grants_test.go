@@ -147,6 +147,8 @@ var forbidden = map[string][]string{
 		`UPDATE outbox SET sent_at = now()`,
 		`UPDATE outbox SET payload = ''`,
 		`UPDATE outbox SET subject = 'opledger.ops.dispatch.other'`,
+		`INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids) VALUES ('b', now(), '{s}', '{m}', '{"{}"}', '{""}', '{""}')`,
+		`UPDATE outbox_batches SET subjects = '{opledger.ops.dispatch.other}'`,
 		`UPDATE operations SET state = 'completed_success'`,
 	},
 	"opledger_operator": {

@@ -122,7 +122,7 @@ func (b *bench) clusterCost(ctx context.Context, before clusterCounters, ops int
 }
 
 // hotTables are the ledger's tables that every operation writes.
-var hotTables = []string{"operations", "outbox", "inbox", "operation_events", "attempts", "entity_leases"}
+var hotTables = []string{"operations", "outbox", "outbox_batches", "inbox", "operation_events", "attempts", "entity_leases"}
 
 // tableStat is one table's size and tuple counts (pg_stat_user_tables).
 type tableStat struct {

@@ -270,14 +270,18 @@ func minTime(a, b time.Time) time.Time {
 }
 
 func (b *bench) outboxUnsentQuery(ctx context.Context) (string, error) {
-	var sent, parked bool
+	var sent, parked, batches bool
 	err := b.db.QueryRow(ctx, benchTag+`SELECT
 		EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'public.outbox'::regclass AND attname = 'sent_at' AND NOT attisdropped),
-		EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'public.outbox'::regclass AND attname = 'parked_at' AND NOT attisdropped)`).Scan(&sent, &parked)
+		EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'public.outbox'::regclass AND attname = 'parked_at' AND NOT attisdropped),
+		to_regclass('public.outbox_batches') IS NOT NULL`).Scan(&sent, &parked, &batches)
 	if err != nil {
 		return "", fmt.Errorf("bench: outbox columns: %w", err)
 	}
 	switch {
+	case batches:
+		return benchTag + `SELECT (SELECT count(*) FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL)
+			+ (SELECT coalesce(sum(cardinality(msg_ids)), 0) FROM outbox_batches)`, nil
 	case sent && parked:
 		return benchTag + `SELECT count(*) FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL`, nil
 	case sent:

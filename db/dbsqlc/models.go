@@ -162,6 +162,40 @@ type Outbox struct {
 	ParkedAt        *time.Time
 }
 
+type OutboxBatch struct {
+	BatchID      string
+	Seq          int64
+	CreatedAt    time.Time
+	AvailableAt  time.Time
+	ClaimedBy    string
+	ClaimedUntil *time.Time
+	PublishCount int32
+	Subjects     []string
+	MsgIds       []string
+	Headers      [][]byte
+	Payloads     [][]byte
+	OperationIds []string
+}
+
+type OutboxMessage struct {
+	Seq             int64
+	Ord             int64
+	Subject         string
+	MsgID           string
+	Headers         []byte
+	Payload         []byte
+	OperationID     *string
+	CreatedAt       time.Time
+	AvailableAt     time.Time
+	ClaimedBy       string
+	PublishCount    int32
+	PublishFailures int32
+	LastError       string
+	SentAt          *time.Time
+	ParkedAt        *time.Time
+	BatchID         *string
+}
+
 type ReconcileLookup struct {
 	OperationID string
 	Version     int64

@@ -147,6 +147,13 @@ WITH inbox_row AS (
     FROM (SELECT unnest($30::text[]) AS subject, unnest($31::text[]) AS msg_id,
                  unnest($32::jsonb[]) AS headers, unnest($33::bytea[]) AS payload,
                  unnest($34::text[]) AS operation_id, unnest($35::float8[]) AS delay_seconds) AS m
+), batch AS (
+    -- The messages due at once (the dispatch command, the answer) in one
+    -- row of outbox_batches, handed to the writer's relay after the commit.
+    INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids)
+    SELECT $36, coalesce($6::timestamptz, now()) + make_interval(secs => $37::float8),
+           $38::text[], $39::text[], $40::jsonb[], $41::bytea[], $42::text[]
+    WHERE cardinality($39::text[]) > 0
 )
 SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM created
 `
@@ -187,6 +194,13 @@ type OperationSubmitNewParams struct {
 	Payloads               [][]byte
 	OperationIds           []string
 	Delays                 []float64
+	BatchID                string
+	BatchDelaySeconds      float64
+	BatchSubjects          []string
+	BatchMsgIds            []string
+	BatchHeaders           [][]byte
+	BatchPayloads          [][]byte
+	BatchOperationIds      []string
 }
 
 type OperationSubmitNewRow struct {
@@ -268,6 +282,13 @@ func (q *Queries) OperationSubmitNew(ctx context.Context, arg OperationSubmitNew
 		arg.Payloads,
 		arg.OperationIds,
 		arg.Delays,
+		arg.BatchID,
+		arg.BatchDelaySeconds,
+		arg.BatchSubjects,
+		arg.BatchMsgIds,
+		arg.BatchHeaders,
+		arg.BatchPayloads,
+		arg.BatchOperationIds,
 	)
 	var i OperationSubmitNewRow
 	err := row.Scan(
@@ -352,6 +373,12 @@ WITH input AS (
     FROM ROWS FROM (unnest($25::text[]), unnest($26::text[]), unnest($27::jsonb[]),
                     unnest($28::bytea[]), unnest($29::text[]), unnest($30::float8[]))
          AS m(subject, msg_id, headers, payload, operation_id, delay_seconds)
+), batch AS (
+    -- Every operation's messages due at once, in one row of outbox_batches.
+    INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids)
+    SELECT $31, coalesce($23::timestamptz, now()) + make_interval(secs => $32::float8),
+           $33::text[], $34::text[], $35::jsonb[], $36::bytea[], $37::text[]
+    WHERE cardinality($34::text[]) > 0
 )
 SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM created
 `
@@ -387,6 +414,13 @@ type OperationSubmitNewBatchParams struct {
 	Payloads                [][]byte
 	OperationIds            []string
 	Delays                  []float64
+	BatchID                 string
+	BatchDelaySeconds       float64
+	BatchSubjects           []string
+	BatchMsgIds             []string
+	BatchHeaders            [][]byte
+	BatchPayloads           [][]byte
+	BatchOperationIds       []string
 }
 
 type OperationSubmitNewBatchRow struct {
@@ -464,6 +498,13 @@ func (q *Queries) OperationSubmitNewBatch(ctx context.Context, arg OperationSubm
 		arg.Payloads,
 		arg.OperationIds,
 		arg.Delays,
+		arg.BatchID,
+		arg.BatchDelaySeconds,
+		arg.BatchSubjects,
+		arg.BatchMsgIds,
+		arg.BatchHeaders,
+		arg.BatchPayloads,
+		arg.BatchOperationIds,
 	)
 	if err != nil {
 		return nil, err

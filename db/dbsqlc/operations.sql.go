@@ -485,6 +485,7 @@ SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity
 WHERE operation_unsettled(o.state) AND o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
   AND o.updated_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
   AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL AND b.parked_at IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM outbox_batches bb WHERE o.id = ANY(bb.operation_ids))
   AND NOT EXISTS (SELECT 1 FROM reconcile_lookups l WHERE l.operation_id = o.id AND l.version = o.version
                   AND l.next_at >= coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8))
   -- the next page of one pass: re-driving changes nothing this orders by
@@ -504,8 +505,9 @@ type OperationListUnattendedParams struct {
 
 // Operations waiting on a command (pending_dispatch, unknown_outcome,
 // acknowledged) that changed before a cutoff on the database's clock and
-// have no unsent outbox row: their command was published and then lost (a
-// terminated message, a NATS server that lost its store). It runs in the
+// have no message waiting in the outbox (an unsent row, or one in a batch):
+// their command was published and then lost (a terminated message, a NATS
+// server that lost its store). It runs in the
 // maintenance leader only and reads operations_unsettled_idx (only the
 // operations that have not settled, named by its predicate
 // operation_unsettled); the NOT EXISTS probes only unsent
@@ -806,6 +808,13 @@ WITH finished AS (
                  unnest($31::jsonb[]) AS headers, unnest($32::bytea[]) AS payload,
                  unnest($33::text[]) AS operation_id, unnest($34::float8[]) AS delay_seconds) AS m
     WHERE EXISTS (SELECT 1 FROM changed)
+), batch AS (
+    -- The messages due at once (the result, a follow-up command) in one
+    -- row of outbox_batches, handed to the writer's relay after the commit.
+    INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids)
+    SELECT $35, coalesce($1::timestamptz, now()) + make_interval(secs => $36::float8),
+           $37::text[], $38::text[], $39::jsonb[], $40::bytea[], $41::text[]
+    WHERE cardinality($38::text[]) > 0 AND EXISTS (SELECT 1 FROM changed)
 )
 SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM changed
 `
@@ -845,6 +854,13 @@ type OperationTransitionFinishingParams struct {
 	Payloads                 [][]byte
 	OperationIds             []string
 	Delays                   []float64
+	BatchID                  string
+	BatchDelaySeconds        float64
+	BatchSubjects            []string
+	BatchMsgIds              []string
+	BatchHeaders             [][]byte
+	BatchPayloads            [][]byte
+	BatchOperationIds        []string
 }
 
 type OperationTransitionFinishingRow struct {
@@ -935,6 +951,13 @@ func (q *Queries) OperationTransitionFinishing(ctx context.Context, arg Operatio
 		arg.Payloads,
 		arg.OperationIds,
 		arg.Delays,
+		arg.BatchID,
+		arg.BatchDelaySeconds,
+		arg.BatchSubjects,
+		arg.BatchMsgIds,
+		arg.BatchHeaders,
+		arg.BatchPayloads,
+		arg.BatchOperationIds,
 	)
 	var i OperationTransitionFinishingRow
 	err := row.Scan(
@@ -1044,6 +1067,19 @@ WITH input AS (
          AS m(change, subject, msg_id, headers, payload, operation_id, delay_seconds)
     JOIN input i ON i.n = m.change
     JOIN changed ON changed.id = i.id
+), batch AS (
+    -- The messages due at once of the changes that were written, in one
+    -- row of outbox_batches, in the order given.
+    INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids)
+    SELECT $39, coalesce($25::timestamptz, now()) + make_interval(secs => $40::float8),
+           array_agg(m.subject ORDER BY m.ord), array_agg(m.msg_id ORDER BY m.ord), array_agg(m.headers ORDER BY m.ord),
+           array_agg(m.payload ORDER BY m.ord), array_agg(m.operation_id ORDER BY m.ord)
+    FROM ROWS FROM (unnest($41::int[]), unnest($42::text[]), unnest($43::text[]),
+                    unnest($44::jsonb[]), unnest($45::bytea[]), unnest($46::text[]))
+         WITH ORDINALITY AS m(change, subject, msg_id, headers, payload, operation_id, ord)
+    JOIN input i ON i.n = m.change
+    JOIN changed ON changed.id = i.id
+    HAVING count(*) > 0
 )
 SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM changed
 `
@@ -1087,6 +1123,14 @@ type OperationTransitionFinishingBatchParams struct {
 	Payloads                  [][]byte
 	OperationIds              []string
 	Delays                    []float64
+	BatchID                   string
+	BatchDelaySeconds         float64
+	BatchChanges              []int32
+	BatchSubjects             []string
+	BatchMsgIds               []string
+	BatchHeaders              [][]byte
+	BatchPayloads             [][]byte
+	BatchOperationIds         []string
 }
 
 type OperationTransitionFinishingBatchRow struct {
@@ -1173,6 +1217,14 @@ func (q *Queries) OperationTransitionFinishingBatch(ctx context.Context, arg Ope
 		arg.Payloads,
 		arg.OperationIds,
 		arg.Delays,
+		arg.BatchID,
+		arg.BatchDelaySeconds,
+		arg.BatchChanges,
+		arg.BatchSubjects,
+		arg.BatchMsgIds,
+		arg.BatchHeaders,
+		arg.BatchPayloads,
+		arg.BatchOperationIds,
 	)
 	if err != nil {
 		return nil, err

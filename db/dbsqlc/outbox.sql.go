@@ -10,6 +10,133 @@ import (
 	"time"
 )
 
+const outboxBatchClaim = `-- name: OutboxBatchClaim :many
+WITH due AS (
+    SELECT batch_id FROM outbox_batches b
+    WHERE available_at <= coalesce($2::timestamptz, now())
+      AND (claimed_until IS NULL OR claimed_until < coalesce($2::timestamptz, now()))
+      AND (cardinality($4::text[]) = 0
+           OR NOT EXISTS (SELECT 1 FROM unnest(b.subjects) AS s(subject)
+                          WHERE NOT EXISTS (SELECT 1 FROM unnest($4::text[]) AS p(prefix)
+                                            WHERE starts_with(s.subject, p.prefix))))
+    ORDER BY available_at, batch_id
+    LIMIT $5
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox_batches b SET
+    claimed_by = $1,
+    claimed_until = coalesce($2::timestamptz, now()) + make_interval(secs => $3::float8),
+    publish_count = b.publish_count + 1
+FROM due WHERE b.batch_id = due.batch_id
+RETURNING b.batch_id, b.subjects, b.msg_ids, b.headers, b.payloads, b.operation_ids, b.publish_count
+`
+
+type OutboxBatchClaimParams struct {
+	ClaimedBy       string
+	Now             *time.Time
+	LeaseSeconds    float64
+	SubjectPrefixes []string
+	MaxRows         int32
+}
+
+type OutboxBatchClaimRow struct {
+	BatchID      string
+	Subjects     []string
+	MsgIds       []string
+	Headers      [][]byte
+	Payloads     [][]byte
+	OperationIds []string
+	PublishCount int32
+}
+
+// OutboxClaimBatch for outbox_batches: due batches nobody holds, each
+// claimed whole. With subject_prefixes, only batches all of whose subjects
+// start with one of them.
+func (q *Queries) OutboxBatchClaim(ctx context.Context, arg OutboxBatchClaimParams) ([]OutboxBatchClaimRow, error) {
+	rows, err := q.db.Query(ctx, outboxBatchClaim,
+		arg.ClaimedBy,
+		arg.Now,
+		arg.LeaseSeconds,
+		arg.SubjectPrefixes,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OutboxBatchClaimRow{}
+	for rows.Next() {
+		var i OutboxBatchClaimRow
+		if err := rows.Scan(
+			&i.BatchID,
+			&i.Subjects,
+			&i.MsgIds,
+			&i.Headers,
+			&i.Payloads,
+			&i.OperationIds,
+			&i.PublishCount,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxBatchDelete = `-- name: OutboxBatchDelete :execrows
+DELETE FROM outbox_batches WHERE batch_id = ANY($1::text[]) AND claimed_by = $2
+`
+
+type OutboxBatchDeleteParams struct {
+	BatchIds  []string
+	ClaimedBy string
+}
+
+// A claimed batch all of whose messages JetStream acknowledged, fenced by
+// the claim as OutboxDeletePublished is.
+func (q *Queries) OutboxBatchDelete(ctx context.Context, arg OutboxBatchDeleteParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxBatchDelete, arg.BatchIds, arg.ClaimedBy)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const outboxBatchSplit = `-- name: OutboxBatchSplit :one
+SELECT outbox_split_batch($1::text, $2::text, $3::text[], $4::text[],
+                          $5::float8, $6::text, $7::timestamptz)::bigint AS moved
+`
+
+type OutboxBatchSplitParams struct {
+	BatchID      string
+	ClaimedBy    string
+	Unsent       []string
+	Refused      []string
+	DelaySeconds float64
+	LastError    string
+	Now          *time.Time
+}
+
+// A claimed batch that could not be published whole becomes rows of
+// outbox: see the function outbox_split_batch (migration 0021).
+func (q *Queries) OutboxBatchSplit(ctx context.Context, arg OutboxBatchSplitParams) (int64, error) {
+	row := q.db.QueryRow(ctx, outboxBatchSplit,
+		arg.BatchID,
+		arg.ClaimedBy,
+		arg.Unsent,
+		arg.Refused,
+		arg.DelaySeconds,
+		arg.LastError,
+		arg.Now,
+	)
+	var moved int64
+	err := row.Scan(&moved)
+	return moved, err
+}
+
 const outboxClaimBatch = `-- name: OutboxClaimBatch :many
 WITH due AS (
     SELECT id FROM outbox
@@ -99,9 +226,11 @@ func (q *Queries) OutboxCountParked(ctx context.Context) (int64, error) {
 }
 
 const outboxCountUnsent = `-- name: OutboxCountUnsent :one
-SELECT count(*)::bigint FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL
+SELECT ((SELECT count(*) FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL)
+        + (SELECT coalesce(sum(cardinality(msg_ids)), 0) FROM outbox_batches))::bigint
 `
 
+// Messages not yet published: unsent rows, and the messages of batches.
 func (q *Queries) OutboxCountUnsent(ctx context.Context) (int64, error) {
 	row := q.db.QueryRow(ctx, outboxCountUnsent)
 	var column_1 int64
@@ -110,15 +239,24 @@ func (q *Queries) OutboxCountUnsent(ctx context.Context) (int64, error) {
 }
 
 const outboxDeleteHandedOff = `-- name: OutboxDeleteHandedOff :execrows
+WITH batches AS (
+    DELETE FROM outbox_batches WHERE batch_id = ANY($2::text[])
+)
 DELETE FROM outbox WHERE msg_id = ANY($1::text[])
 `
 
+type OutboxDeleteHandedOffParams struct {
+	MsgIds   []string
+	BatchIds []string
+}
+
 // Deletes the rows of messages that were handed to a relay in memory after
-// their commit and that JetStream acknowledged. No claim fences it: a relay
-// that claimed such a row after the hand-off grace publishes it again under
-// the same Nats-Msg-Id, and then finds it gone.
-func (q *Queries) OutboxDeleteHandedOff(ctx context.Context, msgIds []string) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxDeleteHandedOff, msgIds)
+// their commit and that JetStream acknowledged, and the batches all of
+// whose messages it acknowledged. No claim fences it: a relay that claimed
+// such a row after the hand-off grace publishes it again under the same
+// Nats-Msg-Id, and then finds it gone. It counts the rows of outbox.
+func (q *Queries) OutboxDeleteHandedOff(ctx context.Context, arg OutboxDeleteHandedOffParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxDeleteHandedOff, arg.MsgIds, arg.BatchIds)
 	if err != nil {
 		return 0, err
 	}
@@ -179,35 +317,27 @@ func (q *Queries) OutboxInsertMany(ctx context.Context, arg OutboxInsertManyPara
 }
 
 const outboxListByOperation = `-- name: OutboxListByOperation :many
-SELECT id, subject, msg_id, headers, payload, operation_id, created_at, available_at, claimed_by, claimed_until, publish_count, last_error, sent_at, publish_failures, parked_at FROM outbox WHERE operation_id = $1 ORDER BY id
+SELECT subject, msg_id, payload FROM outbox_messages WHERE operation_id = $1 ORDER BY seq, ord
 `
 
-func (q *Queries) OutboxListByOperation(ctx context.Context, operationID *string) ([]Outbox, error) {
+type OutboxListByOperationRow struct {
+	Subject string
+	MsgID   string
+	Payload []byte
+}
+
+// An operation's messages not yet deleted, rows and batched alike, in the
+// order they were written.
+func (q *Queries) OutboxListByOperation(ctx context.Context, operationID *string) ([]OutboxListByOperationRow, error) {
 	rows, err := q.db.Query(ctx, outboxListByOperation, operationID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []Outbox{}
+	items := []OutboxListByOperationRow{}
 	for rows.Next() {
-		var i Outbox
-		if err := rows.Scan(
-			&i.ID,
-			&i.Subject,
-			&i.MsgID,
-			&i.Headers,
-			&i.Payload,
-			&i.OperationID,
-			&i.CreatedAt,
-			&i.AvailableAt,
-			&i.ClaimedBy,
-			&i.ClaimedUntil,
-			&i.PublishCount,
-			&i.LastError,
-			&i.SentAt,
-			&i.PublishFailures,
-			&i.ParkedAt,
-		); err != nil {
+		var i OutboxListByOperationRow
+		if err := rows.Scan(&i.Subject, &i.MsgID, &i.Payload); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

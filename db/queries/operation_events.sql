@@ -62,6 +62,13 @@ WITH inbox_row AS (
     FROM (SELECT unnest(@subjects::text[]) AS subject, unnest(@msg_ids::text[]) AS msg_id,
                  unnest(@headers::jsonb[]) AS headers, unnest(@payloads::bytea[]) AS payload,
                  unnest(@operation_ids::text[]) AS operation_id, unnest(@delays::float8[]) AS delay_seconds) AS m
+), batch AS (
+    -- The messages due at once (the dispatch command, the answer) in one
+    -- row of outbox_batches, handed to the writer's relay after the commit.
+    INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids)
+    SELECT @batch_id, coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @batch_delay_seconds::float8),
+           @batch_subjects::text[], @batch_msg_ids::text[], @batch_headers::jsonb[], @batch_payloads::bytea[], @batch_operation_ids::text[]
+    WHERE cardinality(@batch_msg_ids::text[]) > 0
 )
 SELECT * FROM created;
 
@@ -118,5 +125,11 @@ WITH input AS (
     FROM ROWS FROM (unnest(@subjects::text[]), unnest(@msg_ids::text[]), unnest(@headers::jsonb[]),
                     unnest(@payloads::bytea[]), unnest(@operation_ids::text[]), unnest(@delays::float8[]))
          AS m(subject, msg_id, headers, payload, operation_id, delay_seconds)
+), batch AS (
+    -- Every operation's messages due at once, in one row of outbox_batches.
+    INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids)
+    SELECT @batch_id, coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @batch_delay_seconds::float8),
+           @batch_subjects::text[], @batch_msg_ids::text[], @batch_headers::jsonb[], @batch_payloads::bytea[], @batch_operation_ids::text[]
+    WHERE cardinality(@batch_msg_ids::text[]) > 0
 )
 SELECT * FROM created;

@@ -109,6 +109,13 @@ WITH finished AS (
                  unnest(@headers::jsonb[]) AS headers, unnest(@payloads::bytea[]) AS payload,
                  unnest(@operation_ids::text[]) AS operation_id, unnest(@delays::float8[]) AS delay_seconds) AS m
     WHERE EXISTS (SELECT 1 FROM changed)
+), batch AS (
+    -- The messages due at once (the result, a follow-up command) in one
+    -- row of outbox_batches, handed to the writer's relay after the commit.
+    INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids)
+    SELECT @batch_id, coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @batch_delay_seconds::float8),
+           @batch_subjects::text[], @batch_msg_ids::text[], @batch_headers::jsonb[], @batch_payloads::bytea[], @batch_operation_ids::text[]
+    WHERE cardinality(@batch_msg_ids::text[]) > 0 AND EXISTS (SELECT 1 FROM changed)
 )
 SELECT * FROM changed;
 
@@ -163,8 +170,9 @@ SELECT state, count(*)::bigint AS n FROM operations GROUP BY state ORDER BY stat
 -- name: OperationListUnattended :many
 -- Operations waiting on a command (pending_dispatch, unknown_outcome,
 -- acknowledged) that changed before a cutoff on the database's clock and
--- have no unsent outbox row: their command was published and then lost (a
--- terminated message, a NATS server that lost its store). It runs in the
+-- have no message waiting in the outbox (an unsent row, or one in a batch):
+-- their command was published and then lost (a terminated message, a NATS
+-- server that lost its store). It runs in the
 -- maintenance leader only and reads operations_unsettled_idx (only the
 -- operations that have not settled, named by its predicate
 -- operation_unsettled); the NOT EXISTS probes only unsent
@@ -177,6 +185,7 @@ SELECT o.* FROM operations o
 WHERE operation_unsettled(o.state) AND o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
   AND o.updated_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @older_than_seconds::float8)
   AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL AND b.parked_at IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM outbox_batches bb WHERE o.id = ANY(bb.operation_ids))
   AND NOT EXISTS (SELECT 1 FROM reconcile_lookups l WHERE l.operation_id = o.id AND l.version = o.version
                   AND l.next_at >= coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @older_than_seconds::float8))
   -- the next page of one pass: re-driving changes nothing this orders by
@@ -294,5 +303,18 @@ WITH input AS (
          AS m(change, subject, msg_id, headers, payload, operation_id, delay_seconds)
     JOIN input i ON i.n = m.change
     JOIN changed ON changed.id = i.id
+), batch AS (
+    -- The messages due at once of the changes that were written, in one
+    -- row of outbox_batches, in the order given.
+    INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids)
+    SELECT @batch_id, coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @batch_delay_seconds::float8),
+           array_agg(m.subject ORDER BY m.ord), array_agg(m.msg_id ORDER BY m.ord), array_agg(m.headers ORDER BY m.ord),
+           array_agg(m.payload ORDER BY m.ord), array_agg(m.operation_id ORDER BY m.ord)
+    FROM ROWS FROM (unnest(@batch_changes::int[]), unnest(@batch_subjects::text[]), unnest(@batch_msg_ids::text[]),
+                    unnest(@batch_headers::jsonb[]), unnest(@batch_payloads::bytea[]), unnest(@batch_operation_ids::text[]))
+         WITH ORDINALITY AS m(change, subject, msg_id, headers, payload, operation_id, ord)
+    JOIN input i ON i.n = m.change
+    JOIN changed ON changed.id = i.id
+    HAVING count(*) > 0
 )
 SELECT * FROM changed;

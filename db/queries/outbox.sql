@@ -39,10 +39,48 @@ DELETE FROM outbox WHERE id = ANY(@ids::bigint[]) AND sent_at IS NULL AND claime
 
 -- name: OutboxDeleteHandedOff :execrows
 -- Deletes the rows of messages that were handed to a relay in memory after
--- their commit and that JetStream acknowledged. No claim fences it: a relay
--- that claimed such a row after the hand-off grace publishes it again under
--- the same Nats-Msg-Id, and then finds it gone.
+-- their commit and that JetStream acknowledged, and the batches all of
+-- whose messages it acknowledged. No claim fences it: a relay that claimed
+-- such a row after the hand-off grace publishes it again under the same
+-- Nats-Msg-Id, and then finds it gone. It counts the rows of outbox.
+WITH batches AS (
+    DELETE FROM outbox_batches WHERE batch_id = ANY(@batch_ids::text[])
+)
 DELETE FROM outbox WHERE msg_id = ANY(@msg_ids::text[]);
+
+-- name: OutboxBatchClaim :many
+-- OutboxClaimBatch for outbox_batches: due batches nobody holds, each
+-- claimed whole. With subject_prefixes, only batches all of whose subjects
+-- start with one of them.
+WITH due AS (
+    SELECT batch_id FROM outbox_batches b
+    WHERE available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+      AND (claimed_until IS NULL OR claimed_until < coalesce(sqlc.narg('now')::timestamptz, now()))
+      AND (cardinality(@subject_prefixes::text[]) = 0
+           OR NOT EXISTS (SELECT 1 FROM unnest(b.subjects) AS s(subject)
+                          WHERE NOT EXISTS (SELECT 1 FROM unnest(@subject_prefixes::text[]) AS p(prefix)
+                                            WHERE starts_with(s.subject, p.prefix))))
+    ORDER BY available_at, batch_id
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox_batches b SET
+    claimed_by = @claimed_by,
+    claimed_until = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lease_seconds::float8),
+    publish_count = b.publish_count + 1
+FROM due WHERE b.batch_id = due.batch_id
+RETURNING b.batch_id, b.subjects, b.msg_ids, b.headers, b.payloads, b.operation_ids, b.publish_count;
+
+-- name: OutboxBatchDelete :execrows
+-- A claimed batch all of whose messages JetStream acknowledged, fenced by
+-- the claim as OutboxDeletePublished is.
+DELETE FROM outbox_batches WHERE batch_id = ANY(@batch_ids::text[]) AND claimed_by = @claimed_by;
+
+-- name: OutboxBatchSplit :one
+-- A claimed batch that could not be published whole becomes rows of
+-- outbox: see the function outbox_split_batch (migration 0021).
+SELECT outbox_split_batch(@batch_id::text, @claimed_by::text, @unsent::text[], @refused::text[],
+                          @delay_seconds::float8, @last_error::text, sqlc.narg('now')::timestamptz)::bigint AS moved;
 
 -- name: OutboxRelease :execrows
 -- Gives rows back after a failed publish, due again after a delay. A failure
@@ -56,7 +94,9 @@ UPDATE outbox SET claimed_until = NULL, last_error = @last_error,
 WHERE id = ANY(@ids::bigint[]) AND sent_at IS NULL AND claimed_by = @claimed_by;
 
 -- name: OutboxCountUnsent :one
-SELECT count(*)::bigint FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL;
+-- Messages not yet published: unsent rows, and the messages of batches.
+SELECT ((SELECT count(*) FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL)
+        + (SELECT coalesce(sum(cardinality(msg_ids)), 0) FROM outbox_batches))::bigint;
 
 -- name: OutboxListParked :many
 SELECT * FROM outbox WHERE parked_at IS NOT NULL ORDER BY parked_at, id LIMIT @max_rows;
@@ -65,7 +105,9 @@ SELECT * FROM outbox WHERE parked_at IS NOT NULL ORDER BY parked_at, id LIMIT @m
 SELECT count(*)::bigint FROM outbox WHERE parked_at IS NOT NULL;
 
 -- name: OutboxListByOperation :many
-SELECT * FROM outbox WHERE operation_id = @operation_id ORDER BY id;
+-- An operation's messages not yet deleted, rows and batched alike, in the
+-- order they were written.
+SELECT subject, msg_id, payload FROM outbox_messages WHERE operation_id = @operation_id ORDER BY seq, ord;
 
 -- name: OutboxListParkedForOperators :many
 -- Parked rows for people, oldest first, without their payloads (which may

@@ -175,8 +175,7 @@ func TestRedriveLostCommand(t *testing.T) {
 	require.Zero(t, n, "its command is still waiting in the outbox")
 
 	// The relay published it; JetStream then lost it.
-	_, err = b.DB.Exec(b.Ctx, `UPDATE outbox SET sent_at = now() WHERE operation_id = $1`, o.ID)
-	require.NoError(t, err)
+	b.Published(t, o.ID)
 	n, err = b.maint.Redrive(b.Ctx, 2*time.Hour)
 	require.NoError(t, err)
 	require.Zero(t, n, "not waiting long enough yet")
@@ -189,8 +188,7 @@ func TestRedriveLostCommand(t *testing.T) {
 	cmd := again.Command(t)
 	require.Equal(t, o.LeaseEpoch, cmd.LeaseEpoch)
 	require.Equal(t, "evt_order_lost", cmd.EventID)
-	_, err = b.DB.Exec(b.Ctx, `UPDATE outbox SET sent_at = now() WHERE operation_id = $1`, o.ID)
-	require.NoError(t, err)
+	b.Published(t, o.ID)
 
 	n, err = b.maint.Redrive(b.Ctx, time.Minute)
 	require.NoError(t, err)

@@ -88,8 +88,7 @@ func TestRedriveLeavesAHeldBackCommandAlone(t *testing.T) {
 
 	b.advance(2 * time.Minute) // unknown for a while, inside the tool's reconciliation deadline; the reconciler looks now
 	require.Error(t, b.reconciler.Handle(b.Ctx, b.LastCommand(t, o, wire.KindUnknown).Delivery(1)), "the lookup failed: look again")
-	_, err := b.DB.Exec(b.Ctx, `UPDATE outbox SET sent_at = now() WHERE operation_id = $1`, o.ID) // the relay published everything
-	require.NoError(t, err)
+	b.Published(t, o.ID) // the relay published everything
 
 	b.advance(time.Minute + tool.Reconcile.Interval/2)
 	n, err := b.maint.Redrive(b.Ctx, time.Minute)
@@ -140,8 +139,7 @@ func TestNewLeaderSeesTheOpsStreamRecreated(t *testing.T) {
 	lead("maintainer-a") // sees the stream as it is
 
 	o := b.SubmitCapture(t, "wf_1", "order_waiting")
-	_, err := b.DB.Exec(b.Ctx, `UPDATE outbox SET sent_at = now() WHERE operation_id = $1`, o.ID) // published, then lost with the store
-	require.NoError(t, err)
+	b.Published(t, o.ID) // published, then lost with the store
 	b.advance(time.Second)
 	mu.Lock()
 	created = created.Add(time.Minute) // the NATS server came back empty and the streams were created again
@@ -273,7 +271,7 @@ func TestLedgerStaysFlatUnderGarbage(t *testing.T) {
 		now := *b.now
 		b.mu.Unlock()
 		_ = now
-		_, err := b.DB.Exec(b.Ctx, `DELETE FROM outbox`) // the relay published the answers, and deleted their rows
+		_, err := b.DB.Exec(b.Ctx, `DELETE FROM outbox; DELETE FROM outbox_batches`) // the relay published the answers, and deleted their rows
 		require.NoError(t, err)
 
 		b.advance(2 * time.Minute)

@@ -14,6 +14,14 @@
 //     them, waits for the PubAcks and deletes them; a message NATS refuses
 //     is counted and, after MaxFailures refusals, parked.
 //
+// The messages due at once that a statement of the hot path writes (a new
+// intent's, an outcome's) are one row of outbox_batches for the whole
+// statement rather than a row of outbox each (store.Message.Batch names
+// it). A batch goes the same two ways, whole: it is deleted once JetStream
+// has every one of its messages, and one that cannot be published whole is
+// split, its unpublished messages becoming rows of outbox that are
+// retried, counted and parked one by one.
+//
 // Any number of relays may run against one database: claims are disjoint. A
 // crash between PubAck and delete only causes a re-publish (after the
 // grace, or the lease), which JetStream's duplicate window or the consumers'
@@ -134,11 +142,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	tick := time.NewTicker(r.cfg.PollInterval)
 	defer tick.Stop()
 	for {
-		n, err := r.RunOnce(ctx)
+		_, full, err := r.runOnce(ctx)
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn().Err(err).Msg("relay pass failed")
 		}
-		if n == r.cfg.BatchSize && err == nil {
+		if full && err == nil {
 			continue // more may be waiting
 		}
 		select {
@@ -156,7 +164,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // fails is left alone: its row is claimed (and its failures counted) once
 // its grace has passed.
 func (r *Relay) runHandoff(ctx context.Context) {
-	acked := make(chan []string, 64)
+	acked := make(chan published, 64)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -193,69 +201,184 @@ func (r *Relay) runHandoff(ctx context.Context) {
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 		errs := r.bus.PublishBatch(pctx, msgs)
 		cancel()
-		ids := make([]string, 0, len(batch))
+		var done published
 		var failed error
+		ok := 0
+		// A batch (store.Message.Batch) is handed off whole, in one slice:
+		// its row goes once JetStream has every one of its messages.
+		whole := map[string]bool{}
 		for i, err := range errs {
-			if err == nil {
-				ids = append(ids, batch[i].MsgID)
-			} else {
+			m := batch[i]
+			if err != nil {
 				failed = cmp.Or(failed, err)
+			} else {
+				ok++
+			}
+			if m.Batch == "" {
+				if err == nil {
+					done.msgIDs = append(done.msgIDs, m.MsgID)
+				}
+				continue
+			}
+			all, seen := whole[m.Batch]
+			whole[m.Batch] = (all || !seen) && err == nil
+		}
+		for id, all := range whole {
+			if all {
+				done.batchIDs = append(done.batchIDs, id)
 			}
 		}
 		if failed != nil && ctx.Err() == nil {
-			r.log.Warn().Err(failed).Int("failed", len(batch)-len(ids)).Int("of", len(batch)).
+			r.log.Warn().Err(failed).Int("failed", len(batch)-ok).Int("of", len(batch)).
 				Msg("publishing handed-off messages failed; their rows will be claimed")
 		}
-		if len(ids) > 0 {
-			r.handedOff.Add(int64(len(ids)))
+		if ok > 0 {
+			r.handedOff.Add(int64(ok))
+		}
+		if len(done.msgIDs) > 0 || len(done.batchIDs) > 0 {
 			failpoint.Hit(failpoint.RelayBeforeMark)
-			acked <- ids
+			acked <- done
 		}
 	}
 }
 
+// published is what JetStream acknowledged of handed-off messages: the
+// rows of outbox by msg id, and the batches all of whose messages it has.
+type published struct{ msgIDs, batchIDs []string }
+
 // deleteHandedOff deletes the rows of acknowledged messages, as many per
 // statement as have arrived, until acked is closed. The deletes run even
 // after ctx ends: the messages are already in JetStream.
-func (r *Relay) deleteHandedOff(ctx context.Context, acked <-chan []string) {
+func (r *Relay) deleteHandedOff(ctx context.Context, acked <-chan published) {
 	dctx := context.WithoutCancel(ctx)
-	for ids := range acked {
+	for p := range acked {
 	more:
-		for len(ids) < 4*r.cfg.BatchSize {
+		for len(p.msgIDs)+len(p.batchIDs) < 4*r.cfg.BatchSize {
 			select {
 			case next, ok := <-acked:
 				if !ok {
 					break more
 				}
-				ids = append(ids, next...)
+				p.msgIDs, p.batchIDs = append(p.msgIDs, next.msgIDs...), append(p.batchIDs, next.batchIDs...)
 			default:
 				break more
 			}
 		}
-		if _, err := r.store.OutboxSentByMsgID(dctx, ids); err != nil {
+		if _, err := r.store.OutboxSentHandedOff(dctx, p.msgIDs, p.batchIDs); err != nil {
 			// The rows stay; once their grace has passed a relay claims
 			// them and publishes them again with the same msg ids: a
 			// duplicate, absorbed downstream.
-			r.log.Warn().Err(err).Int("rows", len(ids)).Msg("could not delete published rows; they will be published again")
+			r.log.Warn().Err(err).Int("rows", len(p.msgIDs)).Int("batches", len(p.batchIDs)).
+				Msg("could not delete published rows; they will be published again")
 		}
 	}
 }
 
-// RunOnce claims one batch, publishes it and deletes what JetStream
-// acknowledged. It returns how many rows it published.
+// RunOnce claims one batch of rows and a few of outbox_batches, publishes
+// them and deletes what JetStream acknowledged. It returns how many
+// messages it published.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
-	// Every relay sees every row (NOTIFY, polling), whatever its own NATS
+	n, _, err := r.runOnce(ctx)
+	return n, err
+}
+
+// runOnce is RunOnce, also saying whether it claimed as much as it may
+// (more may be waiting).
+func (r *Relay) runOnce(ctx context.Context) (n int, full bool, err error) {
+	// Every relay sees every row (polling), whatever its own NATS
 	// connection is like. One that cannot publish must not claim: its rows
 	// would wait out its lease while relays that can publish stand idle.
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.ProbeTimeout)
 	reachable := r.bus.Reachable(pctx)
 	cancel()
 	if !reachable {
-		return 0, nil
+		return 0, false, nil
 	}
+	rows, rowsFull, rowsErr := r.publishRows(ctx)
+	batches, batchesFull, batchesErr := r.publishBatches(ctx)
+	return rows + batches, rowsFull || batchesFull, errors.Join(rowsErr, batchesErr)
+}
+
+// batchesPerPass bounds the batches one pass claims: a batch holds the
+// messages of up to a group statement's writes (two each, or so), and
+// several hundred of them make a publish as large as BatchSize rows do.
+func (r *Relay) batchesPerPass() int { return max(1, r.cfg.BatchSize/32) }
+
+// publishBatches claims due rows of outbox_batches, publishes their
+// messages, deletes the batches JetStream acknowledged whole and splits the
+// others (store.OutboxSplitBatch): their unacknowledged messages become
+// rows of outbox, retried, counted and parked one by one.
+func (r *Relay) publishBatches(ctx context.Context) (int, bool, error) {
+	claimed, err := r.store.OutboxClaimBatches(ctx, r.cfg.ID, r.cfg.Subjects, r.batchesPerPass(), r.cfg.Lease)
+	if err != nil || len(claimed) == 0 {
+		return 0, false, err
+	}
+	var msgs []bus.Message
+	for _, b := range claimed {
+		for _, m := range b.Messages {
+			msgs = append(msgs, bus.Message{Subject: m.Subject, MsgID: m.MsgID, Header: m.Header, Data: m.Payload})
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	errs := r.bus.PublishBatch(pctx, msgs)
+	cancel()
+	mctx := context.WithoutCancel(ctx)
+	var whole []string
+	var errs2 []error
+	sent, i := 0, 0
+	for _, b := range claimed {
+		sp := store.Split{Relay: r.cfg.ID, BatchID: b.ID, Delay: r.cfg.RetryDelay}
+		var cause error
+		for _, m := range b.Messages {
+			err := errs[i]
+			i++
+			if err == nil {
+				sent++
+				continue
+			}
+			cause = cmp.Or(cause, err)
+			refused := bus.MessageFault(err)
+			if refused {
+				r.log.Warn().Err(err).Str("msg_id", m.MsgID).Str("operation_id", m.OperationID).Int("bytes", len(m.Payload)).
+					Msg("NATS refused the message itself; it will be parked after repeated refusals")
+			}
+			sp.Unsent = append(sp.Unsent, m.MsgID)
+			if refused {
+				sp.Refused = append(sp.Refused, m.MsgID)
+			}
+		}
+		if len(sp.Unsent) == 0 {
+			whole = append(whole, b.ID)
+			continue
+		}
+		sp.Reason = shortErr(cause)
+		if _, err := r.store.OutboxSplitBatch(mctx, sp); err != nil {
+			errs2 = append(errs2, err)
+		}
+		errs2 = append(errs2, fmt.Errorf("publish failed for %d of the %d messages of batch %s, which were put back one by one: %w",
+			len(sp.Unsent), len(b.Messages), b.ID, cause))
+	}
+	if sent > 0 {
+		r.claimed.Add(int64(sent))
+		failpoint.Hit(failpoint.RelayBeforeMark)
+	}
+	if len(whole) > 0 {
+		if _, err := r.store.OutboxBatchesSent(mctx, r.cfg.ID, whole); err != nil {
+			// The batches stay claimed until the lease ends, then are
+			// published again with the same msg ids: duplicates, absorbed
+			// downstream.
+			errs2 = append(errs2, fmt.Errorf("delete %d published batches: %w", len(whole), err))
+		}
+	}
+	return sent, len(claimed) == r.batchesPerPass(), errors.Join(errs2...)
+}
+
+// publishRows claims one batch of rows of outbox, publishes it and deletes
+// what JetStream acknowledged.
+func (r *Relay) publishRows(ctx context.Context) (int, bool, error) {
 	claimed, err := r.store.OutboxClaimSubjects(ctx, r.cfg.ID, r.cfg.Subjects, r.cfg.BatchSize, r.cfg.Lease)
 	if err != nil || len(claimed) == 0 {
-		return 0, err
+		return 0, false, err
 	}
 	msgs := make([]bus.Message, len(claimed))
 	for i, c := range claimed {
@@ -263,7 +386,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	}
 	// A connection lost after the probe must not hold the rows for the
 	// whole lease either.
-	pctx, cancel = context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	errs := r.bus.PublishBatch(pctx, msgs)
 	cancel()
 	var sent, transport, refused []int64
@@ -319,7 +442,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		}
 		errs2 = append(errs2, fmt.Errorf("NATS refused %d of %d rows: %w", len(refused), len(claimed), refusedErr))
 	}
-	return len(sent), errors.Join(errs2...)
+	return len(sent), len(claimed) == r.cfg.BatchSize, errors.Join(errs2...)
 }
 
 func shortErr(err error) string {

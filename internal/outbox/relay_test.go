@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/opledger/opledger/internal/pipetest"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/wire"
 )
 
@@ -344,4 +346,121 @@ func TestRelayThatCannotReachNATSClaimsNothing(t *testing.T) {
 		require.Zero(t, row.PublishCount, "row %s was claimed", row.MsgID)
 		require.Empty(t, row.ClaimedBy, "row %s", row.MsgID)
 	}
+}
+
+// submitVia commits a new intent through st in one statement
+// (OperationSubmitNew), whose messages due at once are one row of
+// outbox_batches: one message per id given, on its own test subject.
+func (b bundle) submitVia(t *testing.T, st *store.Store, ids ...string) {
+	t.Helper()
+	o := &op.Operation{ID: op.NewID("op"), WorkflowID: "wf_1", Tool: "capture_payment", ToolVersion: 1,
+		Args: []byte(`{}`), ArgsHash: strings.Repeat("0", 64), Class: op.ClassExternalIdempotent, IdempotencyKey: "k:" + ids[0]}
+	_, err := st.Submit(b.Ctx, store.Submission{Source: "nats:intents", EventID: "evt:" + ids[0], Payload: []byte(ids[0]),
+		WorkflowID: o.WorkflowID, Operation: o, Initial: op.EventEnqueue,
+		Outbox: func(*op.Operation) []store.Message {
+			var msgs []store.Message
+			for _, id := range ids {
+				msgs = append(msgs, store.Message{Subject: testSubject(id), MsgID: id, Payload: []byte(id), OperationID: o.ID})
+			}
+			return msgs
+		}})
+	require.NoError(t, err)
+}
+
+func (b bundle) batches(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.DB.QueryRow(b.Ctx, `SELECT count(*) FROM outbox_batches`).Scan(&n))
+	return n
+}
+
+// The messages a statement of the hot path commits are one row of
+// outbox_batches, handed to the writer's relay whole: it publishes each
+// and deletes the row once JetStream has all of them, without claiming it.
+//
+// Breaking it: a store that writes those messages as rows of outbox (three
+// index entries, an insert and a delete each), or hands them off without
+// their batch's name, leaves the batch for the claims after its grace; a
+// relay that deletes the batch when only some of its messages are in
+// JetStream loses the others.
+func TestHandedOffBatchIsDeletedOnceItsMessagesAreIn(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pipetest.Options{})
+	h := outbox.NewHandoff()
+	st := b.openStore(t, h, nil)
+	r := b.startAfterFirstPass(t, outbox.Config{ID: "local", PollInterval: time.Minute, Handoff: h.Take()})
+
+	b.submitVia(t, st, "batch-a-0", "batch-a-1")
+	require.Eventually(t, func() bool { return b.batches(t) == 0 }, 5*time.Second, 5*time.Millisecond, "its batch is deleted")
+	pub := b.published.snapshot()
+	require.Equal(t, 1, pub["batch-a-0"])
+	require.Equal(t, 1, pub["batch-a-1"])
+	claimed, handedOff := r.Published()
+	require.Equal(t, int64(1), claimed, "only the row from before the relay started was claimed")
+	require.Equal(t, int64(2), handedOff, "both messages of the batch, from memory")
+	require.Zero(t, h.Missed())
+}
+
+// A batch nobody was handed (its process died, or has no relay) is claimed
+// whole by any relay once due, published and deleted.
+func TestBatchIsClaimedWhole(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pipetest.Options{})
+	b.submitVia(t, b.Store, "claim-0", "claim-1") // the pipetest store hands nothing off: due at once
+	b.submitVia(t, b.Store, "claim-2")
+	require.Equal(t, 2, b.batches(t))
+
+	r := outbox.New(outbox.Config{ID: "poller"}, b.Store, b.Bus, b.Log)
+	n, err := r.RunOnce(b.Ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Zero(t, b.batches(t))
+	unsent, err := b.Store.OutboxUnsent(b.Ctx)
+	require.NoError(t, err)
+	require.Zero(t, unsent)
+	require.Equal(t, map[string]int{"claim-0": 1, "claim-1": 1, "claim-2": 1}, b.published.snapshot())
+}
+
+// A batch one of whose messages NATS refuses (here: larger than the
+// server's max_payload) is split: the messages JetStream has are done, the
+// refused one becomes a row of outbox with its failure counted, retried and
+// parked like any row, and the batch is gone.
+//
+// Breaking it: releasing the whole batch publishes its good messages again
+// at every retry and parks them with the bad one; deleting it loses the
+// bad one.
+func TestBatchNATSRefusesIsSplit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pipetest.Options{})
+	big := strings.Repeat("x", int(b.Bus.Conn().MaxPayload())+1)
+	o := &op.Operation{ID: op.NewID("op"), WorkflowID: "wf_1", Tool: "capture_payment", ToolVersion: 1,
+		Args: []byte(`{}`), ArgsHash: strings.Repeat("0", 64), Class: op.ClassExternalIdempotent, IdempotencyKey: "k:split"}
+	_, err := b.Store.Submit(b.Ctx, store.Submission{Source: "nats:intents", EventID: "evt:split", Payload: []byte("x"),
+		WorkflowID: o.WorkflowID, Operation: o, Initial: op.EventEnqueue,
+		Outbox: func(*op.Operation) []store.Message {
+			return []store.Message{
+				{Subject: testSubject("split-good"), MsgID: "split-good", Payload: []byte("fine"), OperationID: o.ID},
+				{Subject: testSubject("split-huge"), MsgID: "split-huge", Payload: []byte(big), OperationID: o.ID},
+			}
+		}})
+	require.NoError(t, err)
+
+	r := outbox.New(outbox.Config{ID: "poller", RetryDelay: time.Millisecond, MaxFailures: 2}, b.Store, b.Bus, b.Log)
+	_, err = r.RunOnce(b.Ctx)
+	require.Error(t, err, "a refusal is reported")
+	require.Zero(t, b.batches(t), "the batch is split")
+	require.Equal(t, 1, b.published.snapshot()["split-good"])
+	rows := b.Outbox(t)
+	require.Len(t, rows, 1)
+	require.Equal(t, "split-huge", rows[0].MsgID)
+	require.Equal(t, o.ID, rows[0].OperationID)
+
+	time.Sleep(5 * time.Millisecond)
+	_, err = r.RunOnce(b.Ctx)
+	require.Error(t, err)
+	parked, n, err := b.Store.OutboxParked(b.Ctx, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "its second refusal parks it (MaxFailures 2: the split counted the first)")
+	require.Equal(t, "split-huge", parked[0].MsgID)
+	require.Equal(t, 1, b.published.snapshot()["split-good"], "the good message is not published again")
 }

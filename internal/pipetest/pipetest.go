@@ -252,8 +252,10 @@ func (e *Env) Operation(t *testing.T, id string) *op.Operation {
 	return o
 }
 
-// Row is one outbox row with every column a test may assert on.
+// Row is one outbox message (a row of outbox, or one of a batch's) with
+// every column a test may assert on.
 type Row struct {
+	// ID is the row's id, or the batch's seq (which orders it among rows).
 	ID           int64
 	Subject      string
 	MsgID        string
@@ -291,11 +293,12 @@ func (r Row) Result(t *testing.T) wire.Result {
 	return res
 }
 
-// Outbox returns every outbox row in id order.
+// Outbox returns every message of the outbox, rows and batches alike, in
+// the order they were written.
 func (e *Env) Outbox(t *testing.T) []Row {
 	t.Helper()
-	rows, err := e.DB.Query(e.Ctx, `SELECT id, subject, msg_id, headers, payload, coalesce(operation_id, ''),
-		available_at, sent_at, claimed_by, publish_count FROM outbox ORDER BY id`)
+	rows, err := e.DB.Query(e.Ctx, `SELECT seq, subject, msg_id, headers, payload, coalesce(operation_id, ''),
+		available_at, sent_at, claimed_by, publish_count FROM outbox_messages ORDER BY seq, ord`)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []Row
@@ -311,7 +314,26 @@ func (e *Env) Outbox(t *testing.T) []Row {
 	return out
 }
 
-// OutboxOf returns an operation's outbox rows in id order.
+// Published does to an operation's waiting messages what a relay does once
+// JetStream has them, but keeps them for the test to read: its rows of
+// outbox are marked sent, and the batches holding its messages become such
+// rows (every message of those batches, in the order written).
+func (e *Env) Published(t *testing.T, operationID string) {
+	t.Helper()
+	_, err := e.DB.Exec(e.Ctx, `WITH gone AS (
+			DELETE FROM outbox_batches WHERE $1 = ANY(operation_ids) RETURNING *
+		), moved AS (
+			INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, created_at, available_at, sent_at)
+			SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''), gone.created_at, gone.available_at, now()
+			FROM gone CROSS JOIN LATERAL unnest(gone.subjects, gone.msg_ids, gone.headers, gone.payloads, gone.operation_ids)
+				WITH ORDINALITY AS m(subject, msg_id, headers, payload, operation_id, ord)
+			ORDER BY gone.seq, m.ord
+		)
+		UPDATE outbox SET sent_at = now() WHERE operation_id = $1 AND sent_at IS NULL`, operationID)
+	require.NoError(t, err)
+}
+
+// OutboxOf returns an operation's outbox messages in the order written.
 func (e *Env) OutboxOf(t *testing.T, operationID string) []Row {
 	t.Helper()
 	var out []Row

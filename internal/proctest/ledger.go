@@ -118,7 +118,7 @@ func (s *System) Check() Progress {
 			p.NoLastWord = append(p.NoLastWord, o)
 		}
 	}
-	p.Unsent = s.Count(`SELECT count(*) FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL`)
+	p.Unsent = s.Count(`SELECT count(*) FROM outbox_messages WHERE sent_at IS NULL AND parked_at IS NULL`)
 	p.Parked = s.Count(`SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL`)
 	return p
 }
@@ -160,7 +160,7 @@ func (s *System) WaitSettled(timeout time.Duration) ([]*op.Operation, time.Durat
 const orphansSQL = `SELECT
 	(SELECT count(*) FROM operation_events e WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = e.operation_id)) +
 	(SELECT count(*) FROM attempts a WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = a.operation_id)) +
-	(SELECT count(*) FROM outbox b WHERE b.operation_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = b.operation_id)) +
+	(SELECT count(*) FROM outbox_messages b WHERE b.operation_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = b.operation_id)) +
 	(SELECT count(*) FROM inbox i WHERE i.operation_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = i.operation_id)) +
 	(SELECT count(*) FROM entity_leases l WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = l.operation_id))`
 
@@ -234,13 +234,14 @@ func (s *System) History(id string) string {
 	return b.String()
 }
 
-// OutboxRows describes the outbox rows matching a SQL condition, e.g.
-// "sent_at IS NULL", for failure messages.
+// OutboxRows describes the outbox messages (outbox_messages: rows and
+// batches) matching a SQL condition, e.g. "sent_at IS NULL", for failure
+// messages.
 func (s *System) OutboxRows(where string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := s.DB.Query(ctx, `SELECT id, subject, msg_id, publish_count, publish_failures, sent_at IS NOT NULL, parked_at IS NOT NULL,
-		claimed_by, last_error, available_at FROM outbox WHERE `+where+` ORDER BY id`)
+	rows, err := s.DB.Query(ctx, `SELECT seq, subject, msg_id, publish_count, publish_failures, sent_at IS NOT NULL, parked_at IS NOT NULL,
+		claimed_by, last_error, available_at FROM outbox_messages WHERE `+where+` ORDER BY seq, ord`)
 	if err != nil {
 		return fmt.Sprintf("  outbox: %v\n", err)
 	}
@@ -283,7 +284,7 @@ func (s *System) CheckOutbox(maxPublishes int) {
 	if n := s.Count(`SELECT count(*) FROM outbox WHERE parked_at IS NOT NULL`); n > 0 {
 		s.t.Errorf("proctest: %d outbox rows parked:\n%s", n, s.OutboxRows(`parked_at IS NOT NULL`))
 	}
-	if n := s.Count(`SELECT coalesce(max(publish_count), 0) FROM outbox`); n > maxPublishes {
+	if n := s.Count(`SELECT coalesce(max(publish_count), 0) FROM outbox_messages`); n > maxPublishes {
 		s.t.Errorf("proctest: an outbox row was published %d times (at most %d expected):\n%s", n, maxPublishes,
 			s.OutboxRows(fmt.Sprintf(`publish_count > %d`, maxPublishes)))
 	}

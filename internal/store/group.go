@@ -205,12 +205,14 @@ type outcome struct {
 
 // one writes oc alone, as Store.Transition without the group does.
 func (s *Store) oneOutcome(ctx context.Context, oc *outcome) error {
-	row, err := s.q.OperationTransitionFinishing(ctx, finishingParams(oc.p, oc.c))
+	b := newBatch(s.handoff)
+	b.add(&oc.rows, 0)
+	row, err := s.q.OperationTransitionFinishing(ctx, finishingParams(oc.p, oc.c, b))
 	if err != nil {
 		return s.unchanged(ctx, oc.c, err)
 	}
 	oc.after = toOperation(dbsqlc.Operation(row))
-	s.handOff(oc.rows.due)
+	s.handOff(b.due)
 	return nil
 }
 
@@ -245,7 +247,11 @@ func (s *Store) runOutcomes(batch []*groupItem[*outcome]) {
 		return
 	}
 	ctx := batchContext(together)
-	rows, err := s.q.OperationTransitionFinishingBatch(ctx, outcomeBatchParams(together))
+	b := newBatch(s.handoff)
+	for i, it := range together {
+		b.add(&it.v.rows, int32(i+1))
+	}
+	rows, err := s.q.OperationTransitionFinishingBatch(ctx, outcomeBatchParams(together, b))
 	if err != nil {
 		s.outcomes.fallBack(together, translate(err), s.oneOutcome)
 		return
@@ -254,14 +260,14 @@ func (s *Store) runOutcomes(batch []*groupItem[*outcome]) {
 	for _, r := range rows {
 		changed[r.ID] = dbsqlc.Operation(r)
 	}
-	var due []Message
 	for _, it := range together {
 		if row, ok := changed[it.v.c.OperationID]; ok {
 			it.v.after = toOperation(row)
-			due = append(due, it.v.rows.due...)
 		}
 	}
-	s.handOff(due)
+	// The batch holds the messages of the changes that were written, as
+	// the statement does.
+	s.handOff(b.dueOf(func(change int32) bool { return together[change-1].v.after != nil }))
 	for _, it := range together {
 		if it.v.after != nil {
 			it.finish(nil)
@@ -272,10 +278,13 @@ func (s *Store) runOutcomes(batch []*groupItem[*outcome]) {
 }
 
 // outcomeBatchParams lays a batch out as OperationTransitionFinishingBatch's
-// arrays: change i at position i, its events and messages naming i + 1.
-func outcomeBatchParams(batch []*groupItem[*outcome]) dbsqlc.OperationTransitionFinishingBatchParams {
+// arrays: change i at position i, its events and messages naming i + 1;
+// the messages due at once are ob's.
+func outcomeBatchParams(batch []*groupItem[*outcome], ob *batch) dbsqlc.OperationTransitionFinishingBatchParams {
 	var b dbsqlc.OperationTransitionFinishingBatchParams
 	b.Now = batch[0].v.p.Now
+	b.BatchID, b.BatchChanges = ob.id, nonNil(ob.changes)
+	b.BatchSubjects, b.BatchMsgIds, b.BatchHeaders, b.BatchPayloads, b.BatchOperationIds, b.BatchDelaySeconds = ob.columns()
 	for i, it := range batch {
 		p, c, a := it.v.p, it.v.c, it.v.c.Finish
 		n := int32(i + 1)

@@ -51,7 +51,7 @@ func TestGroupCommitWritesConcurrentIntentsTogether(t *testing.T) {
 	require.Equal(t, n, b.count(t, `SELECT count(*) FROM inbox i JOIN operations o ON o.id = i.operation_id AND o.origin_event_id = i.event_id WHERE i.decision = 'new'`))
 	require.Equal(t, n, b.count(t, `SELECT count(*) FROM operation_events WHERE seq = 1 AND event = 'create' AND to_state = 'planned' AND detail->>'event_id' LIKE 'evt_%'`))
 	require.Equal(t, n, b.count(t, `SELECT count(*) FROM operation_events WHERE seq = 2 AND event = 'enqueue' AND from_state = 'planned' AND to_state = 'pending_dispatch'`))
-	require.Equal(t, n, b.count(t, `SELECT count(*) FROM outbox x JOIN operations o ON o.id = x.operation_id AND x.msg_id = 'dispatch:' || o.id`))
+	require.Equal(t, n, b.count(t, `SELECT count(*) FROM outbox_messages x JOIN operations o ON o.id = x.operation_id AND x.msg_id = 'dispatch:' || o.id`))
 }
 
 // A batch holding a known event id and a repeated key writes nothing; each
@@ -203,8 +203,8 @@ func TestGroupCommitOfOutcomes(t *testing.T) {
 	require.Equal(t, n-1, b.count(t, `SELECT count(*) FROM operation_events e JOIN operations o ON o.id = e.operation_id
 		WHERE e.event = 'succeed' AND e.seq = 4 AND e.from_state = 'dispatched' AND e.to_state = 'completed_success'
 		AND e.lease_epoch = o.lease_epoch AND e.attempt_id <> '' AND e.actor = 'w1' AND e.detail->>'n' = o.id`))
-	require.Equal(t, n-1, b.count(t, `SELECT count(*) FROM outbox WHERE msg_id LIKE 'result:%'`))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM outbox x JOIN operations o ON o.id = x.operation_id
+	require.Equal(t, n-1, b.count(t, `SELECT count(*) FROM outbox_messages WHERE msg_id LIKE 'result:%'`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM outbox_messages x JOIN operations o ON o.id = x.operation_id
 		WHERE x.msg_id LIKE 'result:%' AND o.state <> 'completed_success'`), "no result for the fenced-off writer")
 	// Every attempt took its answer, the fenced-off one too.
 	require.Equal(t, n, b.count(t, `SELECT count(*) FROM attempts WHERE finished_at IS NOT NULL AND outcome = 'success' AND http_status = 200`))

@@ -154,12 +154,16 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, due [
 		return nil, nil, err
 	}
 	var row dbsqlc.Operation
+	due = rows.due
 	if c.Finish != nil {
 		// Only writers that finish an attempt name the attempts table: the
-		// roles that may not update attempts run OperationTransition.
+		// roles that may not update attempts run OperationTransitionFinishing,
+		// which writes the messages due at once in a batch.
+		b := newBatch(r.handoff)
+		b.add(&rows, 0)
 		var fr dbsqlc.OperationTransitionFinishingRow
-		fr, err = r.q.OperationTransitionFinishing(ctx, finishingParams(p, c))
-		row = dbsqlc.Operation(fr)
+		fr, err = r.q.OperationTransitionFinishing(ctx, finishingParams(p, c, b))
+		row, due = dbsqlc.Operation(fr), b.due
 	} else {
 		var tr dbsqlc.OperationTransitionRow
 		tr, err = r.q.OperationTransition(ctx, p)
@@ -168,7 +172,7 @@ func (r reads) transition(ctx context.Context, c Change) (_ *op.Operation, due [
 	if err != nil {
 		return nil, nil, r.unchanged(ctx, c, err)
 	}
-	return toOperation(row), rows.due, nil
+	return toOperation(row), due, nil
 }
 
 // prepareChange checks c and builds the statement's parameters and the
@@ -211,7 +215,9 @@ func (r reads) prepareChange(ctx context.Context, c Change) (p dbsqlc.OperationT
 	}
 	completed := from == op.StateCompletedSuccess || from == op.StateCompletedNoop
 	p.SetError, p.ErrorCategory, p.Error = c.ErrorCategory != "" || completed, c.ErrorCategory, c.Error
-	rows = outboxRows{grace: r.handoff}
+	// An outcome (OperationTransitionFinishing) writes its messages due at
+	// once in a batch; the other transitions write rows.
+	rows = outboxRows{grace: r.handoff, batched: c.Finish != nil}
 	if c.Outbox != nil {
 		// The operation as the statement will leave it, for the messages:
 		// the write is fenced, so nothing else changes it in between.
@@ -237,10 +243,11 @@ func (r reads) prepareChange(ctx context.Context, c Change) (p dbsqlc.OperationT
 	return p, rows, nil
 }
 
-// finishingParams are OperationTransitionFinishing's parameters for c.
-func finishingParams(p dbsqlc.OperationTransitionParams, c Change) dbsqlc.OperationTransitionFinishingParams {
+// finishingParams are OperationTransitionFinishing's parameters for c,
+// its messages due at once written as b.
+func finishingParams(p dbsqlc.OperationTransitionParams, c Change, b *batch) dbsqlc.OperationTransitionFinishingParams {
 	a := c.Finish
-	return dbsqlc.OperationTransitionFinishingParams{
+	f := dbsqlc.OperationTransitionFinishingParams{
 		Now: p.Now, Outcome: string(a.Outcome), AttemptErrorCategory: a.ErrorCategory, AttemptError: a.Error,
 		HttpStatus: int32(a.HTTPStatus), AttemptExternalRequestID: a.ExternalRequestID, AttemptExternalObjectID: a.ExternalObjectID,
 		FinishAttemptID: a.ID, ToState: p.ToState, Events: p.Events, BumpEpoch: p.BumpEpoch, Reopen: p.Reopen,
@@ -249,8 +256,10 @@ func finishingParams(p dbsqlc.OperationTransitionParams, c Change) dbsqlc.Operat
 		ErrorCategory: p.ErrorCategory, Error: p.Error, ID: p.ID, FromState: p.FromState, LeaseEpoch: p.LeaseEpoch,
 		ReleaseLease: p.ReleaseLease, AttemptID: p.AttemptID, Actor: p.Actor, FromStates: p.FromStates, ToStates: p.ToStates,
 		Details: p.Details, Subjects: p.Subjects, MsgIds: p.MsgIds, Headers: p.Headers, Payloads: p.Payloads,
-		OperationIds: p.OperationIds, Delays: p.Delays, RequireLease: c.RequireLease,
+		OperationIds: p.OperationIds, Delays: p.Delays, RequireLease: c.RequireLease, BatchID: b.id,
 	}
+	f.BatchSubjects, f.BatchMsgIds, f.BatchHeaders, f.BatchPayloads, f.BatchOperationIds, f.BatchDelaySeconds = b.columns()
+	return f
 }
 
 // unchanged explains a change whose statement failed or matched no

@@ -24,6 +24,10 @@ type Message struct {
 	// Delay holds the message back (retry backoff): it is due that long after
 	// the database's now() when it commits; zero means at once.
 	Delay time.Duration
+	// Batch names the row of outbox_batches the message was written in,
+	// with the other messages due at once of its statement; "" for a row of
+	// outbox. Set by the store on the messages it hands off.
+	Batch string
 }
 
 // Claimed is an outbox row claimed by a relay.
@@ -56,12 +60,17 @@ func (t *Tx) Enqueue(ctx context.Context, msgs ...Message) error {
 type outboxRows struct {
 	// grace delays the rows of messages due at once, which are handed to
 	// the process's relay after the commit (Options.HandoffGrace).
-	grace                          time.Duration
+	grace time.Duration
+	// batched leaves the messages due at once out of the rows: the
+	// statement writes them in its row of outbox_batches (see batch).
+	batched                        bool
 	subjects, msgIDs, operationIDs []string
 	headers, payloads              [][]byte
 	delays                         []float64 // seconds
-	// due are the messages due at once.
-	due []Message
+	// due are the messages due at once, and dueHeaders their encoded
+	// headers.
+	due        []Message
+	dueHeaders [][]byte
 }
 
 // columns returns the arrays the statements unnest, never nil.
@@ -81,19 +90,71 @@ func (r *outboxRows) add(msgs []Message) error {
 				return fmt.Errorf("outbox %s: encode headers: %w", m.MsgID, err)
 			}
 		}
+		delay := m.Delay
+		if delay <= 0 {
+			delay = r.grace
+			r.due, r.dueHeaders = append(r.due, m), append(r.dueHeaders, hdr)
+			if r.batched {
+				continue
+			}
+		}
 		r.subjects = append(r.subjects, m.Subject)
 		r.msgIDs = append(r.msgIDs, m.MsgID)
 		r.headers = append(r.headers, hdr)
 		r.payloads = append(r.payloads, m.Payload)
 		r.operationIDs = append(r.operationIDs, m.OperationID)
-		delay := m.Delay
-		if delay <= 0 {
-			delay = r.grace
-			r.due = append(r.due, m)
-		}
 		r.delays = append(r.delays, delay.Seconds())
 	}
 	return nil
+}
+
+// batch is the messages due at once that one statement writes in its row
+// of outbox_batches: one row however many operations the statement
+// carries, instead of a row of outbox per message (migration 0021).
+type batch struct {
+	// id names the row; grace delays it as outboxRows.grace does.
+	id    string
+	grace time.Duration
+	// changes holds, per message, the 1-based position of the change it
+	// belongs to in an outcome statement (0 elsewhere).
+	changes                        []int32
+	subjects, msgIDs, operationIDs []string
+	headers, payloads              [][]byte
+	// due are the messages, named with id, for the hand-off.
+	due []Message
+}
+
+func newBatch(grace time.Duration) *batch { return &batch{id: op.NewID("batch"), grace: grace} }
+
+// add takes r's messages due at once, those of change (0: none).
+func (b *batch) add(r *outboxRows, change int32) {
+	for i, m := range r.due {
+		m.Batch = b.id
+		b.changes = append(b.changes, change)
+		b.subjects = append(b.subjects, m.Subject)
+		b.msgIDs = append(b.msgIDs, m.MsgID)
+		b.headers = append(b.headers, r.dueHeaders[i])
+		b.payloads = append(b.payloads, m.Payload)
+		b.operationIDs = append(b.operationIDs, m.OperationID)
+		b.due = append(b.due, m)
+	}
+}
+
+// columns returns the arrays the statements take, never nil, and the delay
+// of the row in seconds.
+func (b *batch) columns() (subjects, msgIDs []string, headers, payloads [][]byte, operationIDs []string, delay float64) {
+	return nonNil(b.subjects), nonNil(b.msgIDs), nonNil(b.headers), nonNil(b.payloads), nonNil(b.operationIDs), b.grace.Seconds()
+}
+
+// dueOf returns the messages of the changes kept says were written.
+func (b *batch) dueOf(kept func(change int32) bool) []Message {
+	var out []Message
+	for i, m := range b.due {
+		if kept(b.changes[i]) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // OutboxClaim leases up to max due, unsent rows to relay for lease. Rows
@@ -141,12 +202,91 @@ func (s *Store) OutboxSent(ctx context.Context, relay string, ids []int64) (int6
 	return n, nil
 }
 
-// OutboxSentByMsgID deletes the rows of handed-off messages (see
-// Options.OnOutbox) that were published; it returns how many it deleted.
-func (s *Store) OutboxSentByMsgID(ctx context.Context, msgIDs []string) (int64, error) {
-	n, err := s.q.OutboxDeleteHandedOff(ctx, msgIDs)
+// OutboxSentHandedOff deletes, in one statement, the rows of handed-off
+// messages (see Options.OnOutbox) that were published, by msg id, and the
+// batches all of whose messages were; it returns how many rows of outbox
+// it deleted.
+func (s *Store) OutboxSentHandedOff(ctx context.Context, msgIDs, batchIDs []string) (int64, error) {
+	n, err := s.q.OutboxDeleteHandedOff(ctx, dbsqlc.OutboxDeleteHandedOffParams{MsgIds: nonNil(msgIDs), BatchIds: nonNil(batchIDs)})
 	if err != nil {
 		return 0, fmt.Errorf("outbox delete handed off: %w", translate(err))
+	}
+	return n, nil
+}
+
+// ClaimedBatch is a row of outbox_batches claimed by a relay: its messages,
+// in the order written.
+type ClaimedBatch struct {
+	ID           string
+	Messages     []Message
+	PublishCount int
+}
+
+// OutboxClaimBatches is OutboxClaimSubjects for outbox_batches: up to max
+// due batches nobody holds, each whole, leased to relay; with prefixes,
+// only batches all of whose subjects start with one of them.
+func (s *Store) OutboxClaimBatches(ctx context.Context, relay string, prefixes []string, max int, lease time.Duration) ([]ClaimedBatch, error) {
+	rows, err := s.q.OutboxBatchClaim(ctx, dbsqlc.OutboxBatchClaimParams{
+		ClaimedBy: relay, LeaseSeconds: lease.Seconds(), MaxRows: int32(max), Now: s.now(), SubjectPrefixes: nonNil(prefixes),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox claim batches: %w", translate(err))
+	}
+	out := make([]ClaimedBatch, len(rows))
+	for i, r := range rows {
+		n := len(r.MsgIds)
+		if len(r.Subjects) != n || len(r.Headers) != n || len(r.Payloads) != n || len(r.OperationIds) != n {
+			return nil, fmt.Errorf("outbox batch %s: arrays of unequal lengths", r.BatchID)
+		}
+		b := ClaimedBatch{ID: r.BatchID, PublishCount: int(r.PublishCount), Messages: make([]Message, n)}
+		for j := range n {
+			m := Message{Subject: r.Subjects[j], MsgID: r.MsgIds[j], Payload: r.Payloads[j], OperationID: r.OperationIds[j], Batch: r.BatchID}
+			if len(r.Headers[j]) > 0 {
+				if err := json.Unmarshal(r.Headers[j], &m.Header); err != nil {
+					return nil, fmt.Errorf("outbox batch %s: decode headers: %w", r.BatchID, err)
+				}
+			}
+			b.Messages[j] = m
+		}
+		out[i] = b
+	}
+	return out, nil
+}
+
+// OutboxBatchesSent deletes batches that relay claimed and published whole;
+// it returns how many it deleted (those another relay claimed since are
+// not).
+func (s *Store) OutboxBatchesSent(ctx context.Context, relay string, ids []string) (int64, error) {
+	n, err := s.q.OutboxBatchDelete(ctx, dbsqlc.OutboxBatchDeleteParams{BatchIds: ids, ClaimedBy: relay})
+	if err != nil {
+		return 0, fmt.Errorf("outbox delete published batches: %w", translate(err))
+	}
+	return n, nil
+}
+
+// Split says what becomes of a claimed batch that could not be published
+// whole.
+type Split struct {
+	Relay, BatchID string
+	// Unsent are the msg ids of its messages JetStream did not
+	// acknowledge; Refused those of them NATS refused itself (a failure
+	// counted against their rows) rather than being unreachable.
+	Unsent, Refused []string
+	// Delay before the rows are due; Reason is their last error.
+	Delay  time.Duration
+	Reason string
+}
+
+// OutboxSplitBatch turns the messages of a batch that were not published
+// into rows of outbox, which relays retry, count and park one by one, and
+// deletes the batch, in one statement fenced by the claim
+// (outbox_split_batch). It returns how many rows it wrote (none when
+// another relay holds the batch now).
+func (s *Store) OutboxSplitBatch(ctx context.Context, sp Split) (int64, error) {
+	n, err := s.q.OutboxBatchSplit(ctx, dbsqlc.OutboxBatchSplitParams{BatchID: sp.BatchID, ClaimedBy: sp.Relay,
+		Unsent: nonNil(sp.Unsent), Refused: nonNil(sp.Refused), DelaySeconds: sp.Delay.Seconds(), LastError: sp.Reason, Now: s.now()})
+	if err != nil {
+		return 0, fmt.Errorf("outbox split batch %s: %w", sp.BatchID, translate(err))
 	}
 	return n, nil
 }

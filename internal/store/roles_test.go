@@ -43,20 +43,25 @@ func TestEachRoleRunsItsStatements(t *testing.T) {
 	_, err = ingest.Submit(ctx, store.Submission{Source: "nats:intents", EventID: "evt_bad", Payload: []byte("garbage"), RejectReason: "not JSON"})
 	require.NoError(t, err, "ingest: rejected")
 
-	// relay: claim, publish, and give back after a failure.
+	// relay: claim the new intent's batch and delete it once published;
+	// claim a row, publish it, and give back another after a failure.
+	batches, err := relay.OutboxClaimBatches(ctx, "r1", nil, 10, time.Minute)
+	require.NoError(t, err, "relay: claim batches")
+	require.Len(t, batches, 1)
+	_, err = relay.OutboxBatchesSent(ctx, "r1", []string{batches[0].ID})
+	require.NoError(t, err, "relay: delete a published batch")
+	require.NoError(t, maintainer.InTx(ctx, func(tx *store.Tx) error {
+		return tx.Enqueue(ctx, msg("redrive-1", res.Operation.ID, 0), msg("redrive-2", res.Operation.ID, 0))
+	}), "maintainer: re-drive enqueue")
 	rows, err := relay.OutboxClaim(ctx, "r1", 10, time.Minute)
 	require.NoError(t, err, "relay: claim")
-	require.Len(t, rows, 1)
+	require.Len(t, rows, 2)
 	_, err = relay.OutboxSent(ctx, "r1", []int64{rows[0].ID})
 	require.NoError(t, err, "relay: delete published")
-	require.NoError(t, maintainer.InTx(ctx, func(tx *store.Tx) error {
-		return tx.Enqueue(ctx, msg("redrive-1", res.Operation.ID, 0))
-	}), "maintainer: re-drive enqueue")
-	rows, err = relay.OutboxClaim(ctx, "r1", 10, time.Minute)
-	require.NoError(t, err)
-	require.Len(t, rows, 1)
-	require.NoError(t, relay.OutboxRelease(ctx, store.Release{Relay: "r1", IDs: []int64{rows[0].ID}, Delay: time.Second,
+	require.NoError(t, relay.OutboxRelease(ctx, store.Release{Relay: "r1", IDs: []int64{rows[1].ID}, Delay: time.Second,
 		Reason: "nats down", MessageFault: true, MaxFailures: 3}), "relay: release")
+	_, err = relay.OutboxSentHandedOff(ctx, []string{"redrive-2"}, []string{"no-such-batch"})
+	require.NoError(t, err, "relay: delete handed-off rows and batches")
 
 	// dispatcher: claim, answer retryable, claim again.
 	o, att, err := dispatcher.BeginAttempt(ctx, res.Operation.ID, 0, "w1", 2*time.Second)
@@ -69,6 +74,15 @@ func TestEachRoleRunsItsStatements(t *testing.T) {
 	require.NoError(t, err, "dispatcher: record the answer")
 	o, att, err = dispatcher.BeginAttempt(ctx, o.ID, o.LeaseEpoch, "w1", 2*time.Second)
 	require.NoError(t, err, "dispatcher: second attempt")
+
+	// relay: the outcome's batch, which NATS refused, made rows.
+	batches, err = relay.OutboxClaimBatches(ctx, "r1", nil, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	moved, err := relay.OutboxSplitBatch(ctx, store.Split{Relay: "r1", BatchID: batches[0].ID, Unsent: []string{"retry-1"},
+		Refused: []string{"retry-1"}, Delay: time.Second, Reason: "too large"})
+	require.NoError(t, err, "relay: split a batch")
+	require.EqualValues(t, 1, moved)
 
 	// maintainer: leadership, its passes, the sweeper fencing the attempt,
 	// approvals expiry, retention.

@@ -70,7 +70,7 @@ func TestTransitionWritesTheWholeDecision(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, op.OutcomeRetryable, atts[0].Outcome)
 	require.False(t, atts[0].FinishedAt.IsZero())
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM outbox WHERE msg_id = 'retry-1'
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM outbox_messages WHERE msg_id = 'retry-1'
 		AND available_at - now() BETWEEN interval '85 seconds' AND interval '90 seconds'`), "due 90 s after the database's now()")
 }
 
@@ -81,23 +81,49 @@ func TestTransitionWritesTheWholeDecision(t *testing.T) {
 // failure in between stranded the operation in dispatched.
 func TestTransitionIsAllOrNothing(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	o, att := b.claimed(t, "k1")
-	_, err := b.db.Exec(b.ctx, `INSERT INTO outbox (subject, msg_id, payload) VALUES ('s', 'taken', 'x')`)
-	require.NoError(t, err)
-	a := *att
-	a.Outcome = op.OutcomeRetryable
-	_, err = b.store.Transition(b.ctx, store.Change{OperationID: o.ID, From: op.StateDispatched, LeaseEpoch: o.LeaseEpoch,
-		Events: []op.Event{op.EventFailRetryable, op.EventRetry}, AttemptID: att.ID, Finish: &a, Operation: o,
-		Outbox: func(*op.Operation) []store.Message { return []store.Message{msg("taken", o.ID, 0)} }})
-	require.ErrorIs(t, err, op.ErrConflict)
-	cur, err := b.store.Operation(b.ctx, o.ID)
-	require.NoError(t, err)
-	require.Equal(t, o, cur, "nothing moved")
-	atts, err := b.store.Attempts(b.ctx, o.ID)
-	require.NoError(t, err)
-	require.True(t, atts[0].FinishedAt.IsZero(), "the attempt is still open, for the sweeper")
-	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM operation_events WHERE operation_id = $1`, o.ID))
+	for _, tc := range []struct {
+		name string
+		// fail makes the statement's last write fail for message m.
+		fail func(t *testing.T, b bundle) store.Message
+		want error
+	}{
+		{"a row of outbox", func(t *testing.T, b bundle) store.Message {
+			// A message due later is a row of outbox; its msg id is taken.
+			_, err := b.db.Exec(b.ctx, `INSERT INTO outbox (subject, msg_id, payload) VALUES ('s', 'taken', 'x')`)
+			require.NoError(t, err)
+			return msg("taken", "", time.Minute)
+		}, op.ErrConflict},
+		{"the batch", func(t *testing.T, b bundle) store.Message {
+			// A message due at once is in the statement's row of
+			// outbox_batches, which this database refuses.
+			_, err := b.db.Exec(b.ctx, `CREATE FUNCTION refuse_batches() RETURNS trigger LANGUAGE plpgsql AS
+				$$BEGIN RAISE EXCEPTION 'no batches here' USING ERRCODE = 'invalid_parameter_value'; END$$;
+				CREATE TRIGGER refuse_batches BEFORE INSERT ON outbox_batches FOR EACH ROW EXECUTE FUNCTION refuse_batches()`)
+			require.NoError(t, err)
+			return msg("result", "", 0)
+		}, op.ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			o, att := b.claimed(t, "k1")
+			m := tc.fail(t, b)
+			m.OperationID = o.ID
+			a := *att
+			a.Outcome = op.OutcomeRetryable
+			_, err := b.store.Transition(b.ctx, store.Change{OperationID: o.ID, From: op.StateDispatched, LeaseEpoch: o.LeaseEpoch,
+				Events: []op.Event{op.EventFailRetryable, op.EventRetry}, AttemptID: att.ID, Finish: &a, Operation: o,
+				Outbox: func(*op.Operation) []store.Message { return []store.Message{m} }})
+			require.ErrorIs(t, err, tc.want)
+			cur, err := b.store.Operation(b.ctx, o.ID)
+			require.NoError(t, err)
+			require.Equal(t, o, cur, "nothing moved")
+			atts, err := b.store.Attempts(b.ctx, o.ID)
+			require.NoError(t, err)
+			require.True(t, atts[0].FinishedAt.IsZero(), "the attempt is still open, for the sweeper")
+			require.Equal(t, 3, b.count(t, `SELECT count(*) FROM operation_events WHERE operation_id = $1`, o.ID))
+		})
+	}
 }
 
 // A fenced-off writer changes nothing but keeps what the vendor said on its
@@ -125,7 +151,7 @@ func TestFencedWriterKeepsTheVendorsAnswer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, op.OutcomeSuccess, atts[0].Outcome)
 	require.Equal(t, "ch_1", atts[0].ExternalObjectID)
-	require.Zero(t, b.count(t, `SELECT count(*) FROM outbox WHERE msg_id = 'result'`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM outbox_messages WHERE msg_id = 'result'`))
 }
 
 // A message NATS refuses (too large, say) is retried a bounded number of

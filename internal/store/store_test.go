@@ -100,7 +100,7 @@ func TestSubmitConcurrentSameIntent(t *testing.T) {
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM inbox WHERE decision = 'new'`))
 	require.Equal(t, n-1, b.count(t, `SELECT count(*) FROM inbox WHERE decision = 'duplicate_operation'`))
 	require.Equal(t, n, b.count(t, `SELECT count(*) FROM inbox WHERE operation_id IS NOT NULL`))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM outbox`), "one dispatch command, not one per submitter")
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM outbox_messages`), "one dispatch command, not one per submitter")
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM operation_events`), "create + enqueue")
 }
 
@@ -144,7 +144,7 @@ func TestSubmitDuplicateEventAndConflicts(t *testing.T) {
 	require.Equal(t, 2, in1.DuplicateCount)
 
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM operations`))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM outbox`))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM outbox_messages`))
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM inbox`))
 	counts, err := b.store.DecisionCounts(b.ctx)
 	require.NoError(t, err)

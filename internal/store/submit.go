@@ -340,7 +340,7 @@ func (s *Store) prepareNew(sub Submission) (*newSubmission, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows := outboxRows{grace: s.handoff}
+	rows := outboxRows{grace: s.handoff, batched: true}
 	if err := rows.add(sub.Outbox(&o)); err != nil {
 		return nil, err
 	}
@@ -372,12 +372,17 @@ func (s *Store) prepareNew(sub Submission) (*newSubmission, error) {
 
 // execNew writes one prepared submission with OperationSubmitNew.
 func (s *Store) execNew(ctx context.Context, n *newSubmission) error {
-	row, err := s.q.OperationSubmitNew(ctx, n.p)
+	b := newBatch(s.handoff)
+	b.add(&n.rows, 0)
+	p := n.p
+	p.BatchID = b.id
+	p.BatchSubjects, p.BatchMsgIds, p.BatchHeaders, p.BatchPayloads, p.BatchOperationIds, p.BatchDelaySeconds = b.columns()
+	row, err := s.q.OperationSubmitNew(ctx, p)
 	if err != nil {
 		return fmt.Errorf("submit %s/%s: %w", n.sub.Source, n.sub.EventID, translate(err))
 	}
 	n.res.Operation = toOperation(dbsqlc.Operation(row))
-	s.handOff(n.rows.due)
+	s.handOff(b.due)
 	return nil
 }
 
@@ -388,7 +393,7 @@ func (s *Store) execNew(ctx context.Context, n *newSubmission) error {
 func (s *Store) execNewBatch(ctx context.Context, batch []*newSubmission) error {
 	first := batch[0].sub
 	p := dbsqlc.OperationSubmitNewBatchParams{Now: s.now(), Initial: string(first.Initial)}
-	var due []Message
+	b := newBatch(s.handoff)
 	for _, n := range batch {
 		q := n.p
 		p.Ids = append(p.Ids, *q.ID)
@@ -419,8 +424,10 @@ func (s *Store) execNewBatch(ctx context.Context, batch []*newSubmission) error 
 		p.Payloads = append(p.Payloads, q.Payloads...)
 		p.OperationIds = append(p.OperationIds, q.OperationIds...)
 		p.Delays = append(p.Delays, q.Delays...)
-		due = append(due, n.rows.due...)
+		b.add(&n.rows, 0)
 	}
+	p.BatchID = b.id
+	p.BatchSubjects, p.BatchMsgIds, p.BatchHeaders, p.BatchPayloads, p.BatchOperationIds, p.BatchDelaySeconds = b.columns()
 	rows, err := s.q.OperationSubmitNewBatch(ctx, p)
 	if err != nil {
 		return fmt.Errorf("submit %d intents at once: %w", len(batch), translate(err))
@@ -437,7 +444,7 @@ func (s *Store) execNewBatch(ctx context.Context, batch []*newSubmission) error 
 			n.res.Operation = toOperation(row)
 		}
 	}
-	s.handOff(due)
+	s.handOff(b.due)
 	return nil
 }
 
