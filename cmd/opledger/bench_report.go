@@ -38,6 +38,7 @@ type benchSettings struct {
 	IngestWorkers   int     `json:"ingest_workers"`
 	DispatchWorkers int     `json:"dispatch_workers"`
 	DBConns         int     `json:"db_conns"`
+	GroupStatements int     `json:"group_statements"`
 	Durable         bool    `json:"durable"`
 	MemoryStreams   bool    `json:"memory_streams"`
 	Arrivals        string  `json:"arrivals"`

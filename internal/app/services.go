@@ -148,6 +148,9 @@ type ServicesConfig struct {
 	// few active connections per core: on 2 cores the bench measured ~1,450
 	// ops/s at 12-16 connections, ~1,100 at 48 and ~1,000 at 96.
 	DBMaxConns int32
+	// GroupStatements is how many group-commit statements of one kind each
+	// store runs at once (default store.DefaultGroupStatements).
+	GroupStatements int
 	// StatementTimeout bounds each ledger statement that has no deadline of
 	// its own (default store.DefaultStatementTimeout).
 	StatementTimeout time.Duration
@@ -290,7 +293,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 	}
 	fallback := groupFallback(cfg.Metrics, cfg.Log)
 	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: cfg.DBMaxConns, StatementTimeout: cfg.StatementTimeout, OnOutbox: kick,
-		OnGroupFallback: fallback})
+		OnGroupFallback: fallback, GroupStatements: cfg.GroupStatements})
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +316,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 			return st, nil
 		}
 		ps, err := store.Open(ctx, url, store.Options{MaxConns: cfg.DBMaxConns, StatementTimeout: cfg.StatementTimeout, OnOutbox: kick, Role: role,
-			OnGroupFallback: fallback})
+			OnGroupFallback: fallback, GroupStatements: cfg.GroupStatements})
 		if err != nil {
 			return nil, fmt.Errorf("services: %s's store: %w", part, err)
 		}

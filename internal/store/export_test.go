@@ -19,7 +19,7 @@ func HoldClaims(s *Store) (queued func() int, release func()) {
 
 func hold[T any](g *group[T]) (queued func() int, release func()) {
 	g.mu.Lock()
-	g.running += groupStatements
+	g.running += g.statements
 	g.mu.Unlock()
 	queued = func() int {
 		g.mu.Lock()
@@ -29,8 +29,8 @@ func hold[T any](g *group[T]) (queued func() int, release func()) {
 	release = func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		g.running -= groupStatements
-		for g.running < groupStatements {
+		g.running -= g.statements
+		for g.running < g.statements {
 			g.running++
 			go g.drain()
 		}

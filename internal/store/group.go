@@ -16,14 +16,17 @@ import (
 // writes of one kind share a statement.
 const DefaultGroupCommit = 64
 
-// groupStatements is how many statements of one kind a group runs at once:
-// one waiting on its commit while the next fills.
-const groupStatements = 2
+// DefaultGroupStatements is Options.GroupStatements's default: one
+// statement of a kind at a time, the next batch filling while it runs.
+// Measured on two cores (docs/architecture.md), two at a time gave smaller
+// batches that contended with each other: 25% more Postgres CPU per
+// operation and a fifth less throughput.
+const DefaultGroupStatements = 1
 
 // group is group commit of one kind of write (new intents, leased claims,
 // outcomes):
 // concurrent callers queue their prepared writes, and whichever finds fewer
-// than groupStatements statements running starts one, which takes
+// than statements statements running starts one, which takes
 // everything queued (up to max) into one statement and goes on until the
 // queue is empty. Nobody waits for a batch to fill: a write arriving at an
 // idle store runs at once, alone, and under load the queue fills while the
@@ -32,7 +35,9 @@ const groupStatements = 2
 // fails is the kind's (Store.runSubmits, runClaims and runOutcomes).
 type group[T any] struct {
 	max int
-	run func(batch []*groupItem[T])
+	// statements is how many statements of this kind run at once.
+	statements int
+	run        func(batch []*groupItem[T])
 	// kind and onFallback report a batch that fell back (Options.OnGroupFallback).
 	kind       string
 	onFallback func(kind string, writes int, err error)
@@ -98,7 +103,7 @@ func (g *group[T]) do(ctx context.Context, v T) error {
 	it := &groupItem[T]{ctx: ctx, v: v, done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, it)
-	if g.running < groupStatements {
+	if g.running < g.statements {
 		g.running++
 		go g.drain()
 	}

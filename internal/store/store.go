@@ -77,6 +77,11 @@ type Options struct {
 	// one statement when they come concurrently
 	// (default DefaultGroupCommit; 1 writes each on its own): see group.
 	GroupCommit int
+	// GroupStatements is how many group statements of one kind (new
+	// intents, leased claims, outcomes) this store runs at once (default
+	// DefaultGroupStatements): while they run, the writes that come queue
+	// for the next.
+	GroupStatements int
 	// OnGroupFallback, when set, is called when a group statement failed and
 	// its writes went one by one: kind is "submit", "claim" or "outcome",
 	// writes how many it carried, err why (a known event id or key is the
@@ -157,10 +162,10 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	s := &Store{reads: reads{q: dbsqlc.New(wrapDeadline(pool, opts.StatementTimeout)), clock: opts.Clock, handoff: handoff}, pool: pool,
 		onOutbox: opts.OnOutbox, timeout: opts.StatementTimeout}
 	if n := cmp.Or(opts.GroupCommit, DefaultGroupCommit); n > 1 {
-		fb := opts.OnGroupFallback
-		s.submits = &group[*newSubmission]{max: n, run: s.runSubmits, kind: "submit", onFallback: fb}
-		s.claims = &group[*claim]{max: n, run: s.runClaims, kind: "claim", onFallback: fb}
-		s.outcomes = &group[*outcome]{max: n, run: s.runOutcomes, kind: "outcome", onFallback: fb}
+		fb, k := opts.OnGroupFallback, cmp.Or(max(opts.GroupStatements, 0), DefaultGroupStatements)
+		s.submits = &group[*newSubmission]{max: n, statements: k, run: s.runSubmits, kind: "submit", onFallback: fb}
+		s.claims = &group[*claim]{max: n, statements: k, run: s.runClaims, kind: "claim", onFallback: fb}
+		s.outcomes = &group[*outcome]{max: n, statements: k, run: s.runOutcomes, kind: "outcome", onFallback: fb}
 	}
 	return s, nil
 }
