@@ -158,4 +158,9 @@ GRANT UPDATE (status, operation_id, reason, decided_at, checks, next_check_at)
 GRANT EXECUTE ON FUNCTION operation_unsettled(text) TO opledger_ingest, opledger_dispatcher, opledger_reconciler,
     opledger_compensator, opledger_maintainer, opledger_operator;
 
+-- submit_conflict: OperationSubmitNew's way of failing with a unique
+-- violation (a new key under a known event id); every role that may submit
+-- an intent runs it.
+GRANT EXECUTE ON FUNCTION submit_conflict(text) TO opledger_ingest, opledger_compensator, opledger_operator;
+
 -- owner-only: operation_events_append_only: the trigger function that keeps history append-only; triggers need no EXECUTE grant

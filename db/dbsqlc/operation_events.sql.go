@@ -116,23 +116,27 @@ func (q *Queries) OperationEventList(ctx context.Context, operationID string) ([
 }
 
 const operationSubmitNew = `-- name: OperationSubmitNew :one
-WITH inbox_row AS (
-    INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, rejected, operation_id,
-                       received_at, last_seen_at)
-    VALUES ($1, $2, '', $3, $4, 'new', '', false, $5,
-            coalesce($6::timestamptz, now()), coalesce($6::timestamptz, now()))
-), created AS (
+WITH created AS (
     INSERT INTO operations (
         id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
         args_canonical, args_hash, side_effect_class, idempotency_key, state, version, origin_event_id,
         compensates_operation_id, trace_id, proposed_by, dedupe_key, tenant, created_at, updated_at
     ) VALUES (
-        $5, $4, $7, $8, $9, $10, $11, $12,
-        $13, $14, $15, $16, $17, $18, $2,
-        $19, $20, $21, $22, $23,
-        coalesce($6::timestamptz, now()), coalesce($6::timestamptz, now())
+        $1, $2, $3, $4, $5, $6, $7, $8,
+        $9, $10, $11, $12, $13, $14, $15,
+        $16, $17, $18, $19, $20,
+        coalesce($21::timestamptz, now()), coalesce($21::timestamptz, now())
     )
+    ON CONFLICT DO NOTHING
     RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id
+), inbox_row AS (
+    INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, rejected, operation_id,
+                       received_at, last_seen_at)
+    SELECT $22, $15, '', $23, $2, 'new', '', false, created.id,
+           created.created_at, created.created_at
+    FROM created
+    ON CONFLICT DO NOTHING
+    RETURNING operation_id
 ), events AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, actor, detail, at)
     SELECT created.id, e.seq, e.event, e.from_state, e.to_state, 0, $24, e.detail, created.created_at
@@ -143,28 +147,29 @@ WITH inbox_row AS (
 ), outbox_rows AS (
     INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
     SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
-           coalesce($6::timestamptz, now()) + make_interval(secs => m.delay_seconds)
-    FROM (SELECT unnest($30::text[]) AS subject, unnest($31::text[]) AS msg_id,
+           created.created_at + make_interval(secs => m.delay_seconds)
+    FROM created,
+         (SELECT unnest($30::text[]) AS subject, unnest($31::text[]) AS msg_id,
                  unnest($32::jsonb[]) AS headers, unnest($33::bytea[]) AS payload,
                  unnest($34::text[]) AS operation_id, unnest($35::float8[]) AS delay_seconds) AS m
 ), batch AS (
     -- The messages due at once (the dispatch command, the answer) in one
     -- row of outbox_batches, handed to the writer's relay after the commit.
     INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids)
-    SELECT $36, coalesce($6::timestamptz, now()) + make_interval(secs => $37::float8),
+    SELECT $36, created.created_at + make_interval(secs => $37::float8),
            $38::text[], $39::text[], $40::jsonb[], $41::bytea[], $42::text[]
+    FROM created
     WHERE cardinality($39::text[]) > 0
 )
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM created
+SELECT created.id, created.workflow_id, created.run_id, created.tool, created.tool_version, created.intent, created.entity_type, created.entity_id, created.args_canonical, created.args_hash, created.side_effect_class, created.idempotency_key, created.state, created.attempt_count, created.lease_epoch, created.external_request_id, created.external_object_id, created.compensates_operation_id, created.trace_id, created.last_error_category, created.last_error, created.created_at, created.updated_at, created.version, created.origin_event_id, created.generation, created.generation_started_at, created.generation_attempt_base, created.proposed_by, created.dedupe_key, created.tenant, created.compensation_operation_id FROM created
+WHERE CASE WHEN EXISTS (SELECT 1 FROM inbox_row) THEN true
+           ELSE submit_conflict('the event id is already in the inbox, under another operation')
+      END
 `
 
 type OperationSubmitNewParams struct {
-	Source                 string
-	EventID                string
-	PayloadHash            string
+	ID                     string
 	WorkflowID             string
-	ID                     *string
-	Now                    *time.Time
 	RunID                  string
 	Tool                   string
 	ToolVersion            int32
@@ -177,11 +182,15 @@ type OperationSubmitNewParams struct {
 	IdempotencyKey         string
 	State                  string
 	Version                int64
+	EventID                string
 	CompensatesOperationID *string
 	TraceID                string
 	ProposedBy             string
 	DedupeKey              string
 	Tenant                 string
+	Now                    *time.Time
+	Source                 string
+	PayloadHash            string
 	Actor                  string
 	Seqs                   []int32
 	Events                 []string
@@ -238,21 +247,18 @@ type OperationSubmitNewRow struct {
 	CompensationOperationID *string
 }
 
-// A new intent for a new key, whole, in one statement: its inbox row (with
-// its decision), the operation, its first events and its outbox rows (the
-// dispatch command and the answer). It makes no decision: an event id or a
-// key the ledger already has fails the statement with a unique violation,
-// leaving nothing written, and the caller takes the path that decides
-// (Tx.Submit). Foreign keys are checked at the end of the statement, when
-// the operation exists.
+// A new intent for a new key, whole, in one statement: the operation, its
+// inbox row (with its decision), its first events and its outbox rows (the
+// dispatch command and the answer). It makes no decision: for an event id
+// or a key the ledger already has it writes nothing and returns no row
+// (ON CONFLICT DO NOTHING: a repeat is not an error, and Postgres logs
+// none), and the caller takes the path that decides (Tx.Submit). A new key
+// under a known event id would leave the operation without its inbox row:
+// submit_conflict fails the statement with a unique violation, undoing it.
 func (q *Queries) OperationSubmitNew(ctx context.Context, arg OperationSubmitNewParams) (OperationSubmitNewRow, error) {
 	row := q.db.QueryRow(ctx, operationSubmitNew,
-		arg.Source,
-		arg.EventID,
-		arg.PayloadHash,
-		arg.WorkflowID,
 		arg.ID,
-		arg.Now,
+		arg.WorkflowID,
 		arg.RunID,
 		arg.Tool,
 		arg.ToolVersion,
@@ -265,11 +271,15 @@ func (q *Queries) OperationSubmitNew(ctx context.Context, arg OperationSubmitNew
 		arg.IdempotencyKey,
 		arg.State,
 		arg.Version,
+		arg.EventID,
 		arg.CompensatesOperationID,
 		arg.TraceID,
 		arg.ProposedBy,
 		arg.DedupeKey,
 		arg.Tenant,
+		arg.Now,
+		arg.Source,
+		arg.PayloadHash,
 		arg.Actor,
 		arg.Seqs,
 		arg.Events,

@@ -24,19 +24,15 @@ WHERE source = @source AND event_id = @event_id;
 SELECT * FROM operation_events WHERE operation_id = @operation_id ORDER BY seq;
 
 -- name: OperationSubmitNew :one
--- A new intent for a new key, whole, in one statement: its inbox row (with
--- its decision), the operation, its first events and its outbox rows (the
--- dispatch command and the answer). It makes no decision: an event id or a
--- key the ledger already has fails the statement with a unique violation,
--- leaving nothing written, and the caller takes the path that decides
--- (Tx.Submit). Foreign keys are checked at the end of the statement, when
--- the operation exists.
-WITH inbox_row AS (
-    INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, rejected, operation_id,
-                       received_at, last_seen_at)
-    VALUES (@source, @event_id, '', @payload_hash, @workflow_id, 'new', '', false, @id,
-            coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now()))
-), created AS (
+-- A new intent for a new key, whole, in one statement: the operation, its
+-- inbox row (with its decision), its first events and its outbox rows (the
+-- dispatch command and the answer). It makes no decision: for an event id
+-- or a key the ledger already has it writes nothing and returns no row
+-- (ON CONFLICT DO NOTHING: a repeat is not an error, and Postgres logs
+-- none), and the caller takes the path that decides (Tx.Submit). A new key
+-- under a known event id would leave the operation without its inbox row:
+-- submit_conflict fails the statement with a unique violation, undoing it.
+WITH created AS (
     INSERT INTO operations (
         id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
         args_canonical, args_hash, side_effect_class, idempotency_key, state, version, origin_event_id,
@@ -47,7 +43,16 @@ WITH inbox_row AS (
         sqlc.narg('compensates_operation_id'), @trace_id, @proposed_by, @dedupe_key, @tenant,
         coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now())
     )
+    ON CONFLICT DO NOTHING
     RETURNING *
+), inbox_row AS (
+    INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, rejected, operation_id,
+                       received_at, last_seen_at)
+    SELECT @source, @event_id, '', @payload_hash, @workflow_id, 'new', '', false, created.id,
+           created.created_at, created.created_at
+    FROM created
+    ON CONFLICT DO NOTHING
+    RETURNING operation_id
 ), events AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, actor, detail, at)
     SELECT created.id, e.seq, e.event, e.from_state, e.to_state, 0, @actor, e.detail, created.created_at
@@ -58,19 +63,24 @@ WITH inbox_row AS (
 ), outbox_rows AS (
     INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
     SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
-           coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => m.delay_seconds)
-    FROM (SELECT unnest(@subjects::text[]) AS subject, unnest(@msg_ids::text[]) AS msg_id,
+           created.created_at + make_interval(secs => m.delay_seconds)
+    FROM created,
+         (SELECT unnest(@subjects::text[]) AS subject, unnest(@msg_ids::text[]) AS msg_id,
                  unnest(@headers::jsonb[]) AS headers, unnest(@payloads::bytea[]) AS payload,
                  unnest(@operation_ids::text[]) AS operation_id, unnest(@delays::float8[]) AS delay_seconds) AS m
 ), batch AS (
     -- The messages due at once (the dispatch command, the answer) in one
     -- row of outbox_batches, handed to the writer's relay after the commit.
     INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids)
-    SELECT @batch_id, coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @batch_delay_seconds::float8),
+    SELECT @batch_id, created.created_at + make_interval(secs => @batch_delay_seconds::float8),
            @batch_subjects::text[], @batch_msg_ids::text[], @batch_headers::jsonb[], @batch_payloads::bytea[], @batch_operation_ids::text[]
+    FROM created
     WHERE cardinality(@batch_msg_ids::text[]) > 0
 )
-SELECT * FROM created;
+SELECT created.* FROM created
+WHERE CASE WHEN EXISTS (SELECT 1 FROM inbox_row) THEN true
+           ELSE submit_conflict('the event id is already in the inbox, under another operation')
+      END;
 
 -- name: OperationSubmitNewBatch :many
 -- OperationSubmitNew for many new intents in one statement (group commit):

@@ -417,3 +417,45 @@ func TestOutboxClaimBySubject(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rest, 4, "the other rows wait for a relay that may publish them")
 }
+
+// A known event id arriving with a new key (a replan that kept the event id)
+// must not leave the new key's operation behind without its inbox row: the
+// one-statement path undoes what it wrote and the transaction answers
+// duplicate_event with the first operation. Repeats of a known event id or
+// key are not errors there: nothing is written and the transaction decides.
+func TestSubmitKnownEventIDUnderANewKeyWritesNothingNew(t *testing.T) {
+	t.Parallel()
+	for _, group := range []int{1, 0} {
+		t.Run(fmt.Sprintf("group=%d", group), func(t *testing.T) {
+			b := setup(t)
+			st, err := store.Open(b.ctx, b.url, store.Options{MaxConns: 4, GroupCommit: group})
+			require.NoError(t, err)
+			t.Cleanup(st.Close)
+			first, err := st.Submit(b.ctx, submission("evt_1", newOp("payment:order_1:capture:100:USD:v1", "x")))
+			require.NoError(t, err)
+			require.Equal(t, op.DecisionNew, first.Decision)
+
+			other := newOp("payment:order_1:capture:200:USD:v1", "x")
+			res, err := st.Submit(b.ctx, submission("evt_1", other))
+			require.NoError(t, err)
+			require.Equal(t, op.DecisionDuplicateEvent, res.Decision)
+			require.Equal(t, first.Operation.ID, res.Operation.ID)
+			require.Zero(t, b.count(t, `SELECT count(*) FROM operations WHERE id = $1 OR idempotency_key = $2`, other.ID, other.IdempotencyKey),
+				"the new key's operation must be undone with the statement")
+			require.Zero(t, b.count(t, `SELECT count(*) FROM operation_events WHERE operation_id = $1`, other.ID))
+			require.Zero(t, b.count(t, `SELECT count(*) FROM outbox_messages WHERE operation_id = $1`, other.ID))
+
+			// A new event id for the known key: a duplicate operation, its
+			// inbox row written by the transaction, nothing else.
+			dup, err := st.Submit(b.ctx, submission("evt_2", newOp("payment:order_1:capture:100:USD:v1", "x")))
+			require.NoError(t, err)
+			require.Equal(t, op.DecisionDuplicateOperation, dup.Decision)
+			require.Equal(t, first.Operation.ID, dup.Operation.ID)
+
+			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM operations`))
+			require.Equal(t, 2, b.count(t, `SELECT count(*) FROM operation_events`), "create + enqueue")
+			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM outbox_messages WHERE subject LIKE 'opledger.ops.%'`))
+			require.Equal(t, 2, b.count(t, `SELECT count(*) FROM inbox`))
+		})
+	}
+}

@@ -5,8 +5,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/opledger/opledger/db/dbsqlc"
 	"github.com/opledger/opledger/pkg/op"
@@ -357,7 +360,7 @@ func (s *Store) prepareNew(sub Submission) (*newSubmission, error) {
 	}
 	p := dbsqlc.OperationSubmitNewParams{
 		Source: sub.Source, EventID: sub.EventID, PayloadHash: hex.EncodeToString(sum[:]), WorkflowID: sub.WorkflowID,
-		ID: &o.ID, Now: s.now(), RunID: o.RunID, Tool: o.Tool, ToolVersion: int32(o.ToolVersion), Intent: o.Intent,
+		ID: o.ID, Now: s.now(), RunID: o.RunID, Tool: o.Tool, ToolVersion: int32(o.ToolVersion), Intent: o.Intent,
 		EntityType: o.EntityType, EntityID: o.EntityID, ArgsCanonical: string(o.Args), ArgsHash: o.ArgsHash,
 		SideEffectClass: string(o.Class), IdempotencyKey: o.IdempotencyKey, State: string(state), Version: o.Version,
 		CompensatesOperationID: compensates, TraceID: o.TraceID, ProposedBy: sub.ProposedBy, DedupeKey: sub.Dedupe.Key,
@@ -378,6 +381,10 @@ func (s *Store) execNew(ctx context.Context, n *newSubmission) error {
 	p.BatchID = b.id
 	p.BatchSubjects, p.BatchMsgIds, p.BatchHeaders, p.BatchPayloads, p.BatchOperationIds, p.BatchDelaySeconds = b.columns()
 	row, err := s.q.OperationSubmitNew(ctx, p)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// A repeat: the event id or the key is known, nothing was written.
+		return fmt.Errorf("submit %s/%s: event id or key already known: %w", n.sub.Source, n.sub.EventID, op.ErrConflict)
+	}
 	if err != nil {
 		return fmt.Errorf("submit %s/%s: %w", n.sub.Source, n.sub.EventID, translate(err))
 	}
@@ -396,7 +403,7 @@ func (s *Store) execNewBatch(ctx context.Context, batch []*newSubmission) error 
 	b := newBatch(s.handoff)
 	for _, n := range batch {
 		q := n.p
-		p.Ids = append(p.Ids, *q.ID)
+		p.Ids = append(p.Ids, q.ID)
 		p.Sources = append(p.Sources, q.Source)
 		p.EventIds = append(p.EventIds, q.EventID)
 		p.PayloadHashes = append(p.PayloadHashes, q.PayloadHash)
@@ -440,7 +447,7 @@ func (s *Store) execNewBatch(ctx context.Context, batch []*newSubmission) error 
 		byID[r.ID] = dbsqlc.Operation(r)
 	}
 	for _, n := range batch {
-		if row, ok := byID[*n.p.ID]; ok {
+		if row, ok := byID[n.p.ID]; ok {
 			n.res.Operation = toOperation(row)
 		}
 	}
