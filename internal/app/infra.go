@@ -64,6 +64,14 @@ type Infra struct {
 
 // StartInfra connects to or starts Postgres and NATS, applies migrations and
 // ensures the streams.
+// PrivateClusterSettings are the server settings a private cluster starts
+// with (besides max_connections), before Infra.PGSettings.
+var PrivateClusterSettings = map[string]string{
+	"shared_buffers":     "1GB",
+	"max_wal_size":       "4GB",
+	"checkpoint_timeout": "15min",
+}
+
 func StartInfra(ctx context.Context, cfg InfraConfig) (_ *Infra, err error) {
 	in := &Infra{DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL}
 	defer func() {
@@ -77,6 +85,13 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (_ *Infra, err error) {
 			dir = filepath.Join(cfg.DataDir, "postgres")
 		}
 		settings := map[string]string{"max_connections": "300"}
+		// A ledger outgrows Postgres's stock 128 MB of shared buffers within
+		// minutes at a few thousand operations a second; then the backends
+		// write dirty buffers out themselves, and checkpoints every 1 GB of
+		// WAL add full-page images. A steady bench run at 2,300 ops/s fell
+		// behind after 8 minutes on the stock settings and kept up for all
+		// 10 with these (docs/architecture.md). -pg and PGSettings override.
+		maps.Copy(settings, PrivateClusterSettings)
 		maps.Copy(settings, cfg.PGSettings)
 		in.pg, err = pglocal.Start(ctx, pglocal.Options{Dir: dir, Durable: cfg.Durable,
 			ExtraSettings: settings,
