@@ -3,7 +3,6 @@ package dispatch_test
 import (
 	"encoding/json"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/opledger/opledger/internal/reconcile"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/internal/testclock"
 	"github.com/opledger/opledger/internal/vendors"
 	"github.com/opledger/opledger/pkg/adapter"
 	"github.com/opledger/opledger/pkg/op"
@@ -37,11 +37,9 @@ import (
 // clock would not see the injected database time at all.
 func TestExpiredLeaseFencesItsHolder(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
-	e := pipetest.Start(t, pipetest.Options{Clock: clock})
+	clock := testclock.New(time.Now())
+	advance := clock.Advance
+	e := pipetest.Start(t, pipetest.Options{Clock: clock.Now})
 	tool := e.Tool(t, "capture_payment")
 	require.True(t, tool.Lease.Required)
 	lease := store.EntityLease{TTL: tool.Lease.TTL, Tools: []string{"capture_payment"}}
@@ -144,11 +142,9 @@ func TestExpiredLeaseFencesItsHolder(t *testing.T) {
 // sees active, active (no change), suspended.
 func TestSetBackWaitsForAnOlderUnknownOutcome(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
-	e := pipetest.Start(t, pipetest.Options{Clock: clock})
+	clock := testclock.New(time.Now())
+	advance := clock.Advance
+	e := pipetest.Start(t, pipetest.Options{Clock: clock.Now})
 	tool := e.Tool(t, "update_crm_record")
 	require.True(t, tool.Lease.Required)
 	require.True(t, tool.KeyUsesEntityVersion())

@@ -2,7 +2,6 @@ package reconcile_test
 
 import (
 	"encoding/json"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/opledger/opledger/internal/pipetest"
 	"github.com/opledger/opledger/internal/reconcile"
 	"github.com/opledger/opledger/internal/regedit"
+	"github.com/opledger/opledger/internal/testclock"
 	"github.com/opledger/opledger/internal/vendors"
 	"github.com/opledger/opledger/pkg/adapter"
 	"github.com/opledger/opledger/pkg/op"
@@ -61,10 +61,8 @@ func detailReason(t *testing.T, ev op.EventRecord) string {
 // sees the injected hour pass.
 func TestReconcileScheduleIntervalAndDeadline(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	e := pipetest.Start(t, pipetest.Options{Clock: clock, EditRegistry: func(data []byte) ([]byte, error) {
+	clock := testclock.New(time.Now())
+	e := pipetest.Start(t, pipetest.Options{Clock: clock.Now, EditRegistry: func(data []byte) ([]byte, error) {
 		only := func(tl regedit.Tool) bool { return tl.Name == "capture_payment" }
 		for field, v := range map[string]string{"reconcile.interval": "7s", "reconcile.deadline": "1m", "reconcile.max_lookups": "3"} {
 			var err error
@@ -95,9 +93,7 @@ func TestReconcileScheduleIntervalAndDeadline(t *testing.T) {
 	require.Equal(t, 7*time.Second, delay, "at the tool's interval")
 	require.Equal(t, late, e.Operation(t, late.ID), "nothing changed")
 
-	mu.Lock()
-	now = now.Add(61 * time.Second)
-	mu.Unlock()
+	clock.Advance(61 * time.Second)
 	require.NoError(t, rc.Handle(e.Ctx, cmd.Delivery(2)), "the second look is past the deadline: it decides")
 	ev, res := escalation(t, e, late)
 	require.Contains(t, detailReason(t, ev), "past the tool's reconciliation deadline (1m0s)")
@@ -107,9 +103,7 @@ func TestReconcileScheduleIntervalAndDeadline(t *testing.T) {
 	// Close to the deadline, the next look is due at the deadline, not a
 	// whole interval later.
 	near, cmd := unknown("order_near")
-	mu.Lock()
-	now = now.Add(56 * time.Second)
-	mu.Unlock()
+	clock.Advance(56 * time.Second)
 	delay, ok = bus.RetryDelay(rc.Handle(e.Ctx, cmd.Delivery(1)))
 	require.True(t, ok)
 	require.Equal(t, 4*time.Second, delay.Round(time.Second), "the deadline is 4 s away")

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/store"
+	"github.com/opledger/opledger/internal/testclock"
 	"github.com/opledger/opledger/pkg/op"
 )
 
@@ -35,11 +36,9 @@ func TestLeasedClaimWaitsForOlderOperationsInFlight(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			var mu sync.Mutex
-			now := time.Now()
-			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-			advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
-			st, err := store.Open(b.ctx, b.url, store.Options{MaxConns: 8, Clock: clock, GroupCommit: mode.group})
+			clock := testclock.New(time.Now())
+			advance := clock.Advance
+			st, err := store.Open(b.ctx, b.url, store.Options{MaxConns: 8, Clock: clock.Now, GroupCommit: mode.group})
 			require.NoError(t, err)
 			t.Cleanup(st.Close)
 			lease := store.EntityLease{TTL: time.Minute, Tools: []string{"capture_payment"}}

@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/store"
+	"github.com/opledger/opledger/internal/testclock"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/pkg/op"
 )
@@ -161,11 +161,9 @@ func TestFencedWriterKeepsTheVendorsAnswer(t *testing.T) {
 func TestOutboxParksWhatNATSRefuses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	now := time.Date(2026, 12, 1, 2, 13, 0, 0, time.UTC)
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	tick := func() { mu.Lock(); now = now.Add(time.Minute); mu.Unlock() }
-	st, err := store.Open(ctx, testdb.New(t), store.Options{Clock: clock})
+	clock := testclock.New(time.Date(2026, 12, 1, 2, 13, 0, 0, time.UTC))
+	tick := func() { clock.Advance(time.Minute) }
+	st, err := store.Open(ctx, testdb.New(t), store.Options{Clock: clock.Now})
 	require.NoError(t, err)
 	defer st.Close()
 	require.NoError(t, st.InTx(ctx, func(tx *store.Tx) error {
@@ -224,12 +222,10 @@ func TestOutboxParksWhatNATSRefuses(t *testing.T) {
 func TestRetentionDeletesOnlyWhatIsDue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	now := time.Date(2026, 12, 1, 2, 13, 0, 0, time.UTC)
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	clock := testclock.New(time.Date(2026, 12, 1, 2, 13, 0, 0, time.UTC))
+	advance := clock.Advance
 	url := testdb.New(t)
-	st, err := store.Open(ctx, url, store.Options{Clock: clock})
+	st, err := store.Open(ctx, url, store.Options{Clock: clock.Now})
 	require.NoError(t, err)
 	defer st.Close()
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/store"
+	"github.com/opledger/opledger/internal/testclock"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/pkg/op"
 )
@@ -285,10 +286,8 @@ func TestOutboxClaimsAreDisjointAndLeased(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := testdb.New(t)
-	now := time.Date(2026, 7, 7, 2, 13, 0, 0, time.UTC)
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	st, err := store.Open(ctx, url, store.Options{Clock: clock})
+	clock := testclock.New(time.Date(2026, 7, 7, 2, 13, 0, 0, time.UTC))
+	st, err := store.Open(ctx, url, store.Options{Clock: clock.Now})
 	require.NoError(t, err)
 	defer st.Close()
 	require.NoError(t, st.InTx(ctx, func(tx *store.Tx) error {
@@ -322,9 +321,7 @@ func TestOutboxClaimsAreDisjointAndLeased(t *testing.T) {
 	n, err := st.OutboxSent(ctx, "relay-a", ids)
 	require.NoError(t, err)
 	require.Equal(t, int64(6), n)
-	mu.Lock()
-	now = now.Add(2 * time.Minute)
-	mu.Unlock()
+	clock.Advance(2 * time.Minute)
 	again, err := st.OutboxClaim(ctx, "relay-c", 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, again, 4)
