@@ -64,9 +64,9 @@ type Infra struct {
 
 // StartInfra connects to or starts Postgres and NATS, applies migrations and
 // ensures the streams.
-// PrivateClusterSettings are the server settings a private cluster starts
+// privateClusterSettings are the server settings a private cluster starts
 // with (besides max_connections), before Infra.PGSettings.
-var PrivateClusterSettings = map[string]string{
+var privateClusterSettings = map[string]string{
 	"shared_buffers":     "1GB",
 	"max_wal_size":       "4GB",
 	"checkpoint_timeout": "15min",
@@ -91,7 +91,7 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (_ *Infra, err error) {
 		// WAL add full-page images. A steady bench run at 2,300 ops/s fell
 		// behind after 8 minutes on the stock settings and kept up for all
 		// 10 with these (docs/architecture.md). -pg and PGSettings override.
-		maps.Copy(settings, PrivateClusterSettings)
+		maps.Copy(settings, privateClusterSettings)
 		maps.Copy(settings, cfg.PGSettings)
 		in.pg, err = pglocal.Start(ctx, pglocal.Options{Dir: dir, Durable: cfg.Durable,
 			ExtraSettings: settings,

@@ -55,8 +55,8 @@ type EntityLease struct {
 // entity's lease while in flight, in one statement: the lease goes to the
 // operation only if no older operation of the leased tools on the entity
 // may still be sent (pending_dispatch, dispatched, acknowledged,
-// unknown_outcome: however long ago its lease expired, since the
-// reconciler may send it again), and only if the lease is free, expired,
+// unknown_outcome, failed_retryable: however long ago its lease expired,
+// since the reconciler may send it again), and only if the lease is free, expired,
 // or already this operation's; then the claim. An operation with
 // no entity is claimed without a lease. Errors: ErrLeaseBusy, and those of
 // BeginAttempt.
