@@ -10,6 +10,81 @@ import (
 	"time"
 )
 
+const inboxRecordRepeat = `-- name: InboxRecordRepeat :one
+WITH inserted AS (
+    INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, rejected, operation_id,
+                       received_at, last_seen_at)
+    SELECT $1, $2, '', $3, $4, $5, $6, false, $7,
+           coalesce($8::timestamptz, now()), coalesce($8::timestamptz, now())
+    WHERE NOT $9::boolean
+    ON CONFLICT DO NOTHING
+    RETURNING event_id
+), counted AS (
+    UPDATE inbox SET duplicate_count = duplicate_count + 1,
+                     last_seen_at = coalesce($8::timestamptz, now())
+    WHERE $9::boolean AND source = $1 AND event_id = $2
+    RETURNING event_id
+), changed AS (
+    SELECT event_id FROM inserted UNION ALL SELECT event_id FROM counted
+), batch AS (
+    INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids)
+    SELECT $10, coalesce($8::timestamptz, now()) + make_interval(secs => $11::float8),
+           $12::text[], $13::text[], $14::jsonb[], $15::bytea[], $16::text[]
+    FROM changed
+    WHERE cardinality($13::text[]) > 0
+)
+SELECT count(*)::int AS changed FROM changed
+`
+
+type InboxRecordRepeatParams struct {
+	Source            string
+	EventID           string
+	PayloadHash       string
+	WorkflowID        string
+	Decision          string
+	Reason            string
+	OperationID       *string
+	Now               *time.Time
+	Seen              bool
+	BatchID           string
+	BatchDelaySeconds float64
+	BatchSubjects     []string
+	BatchMsgIds       []string
+	BatchHeaders      [][]byte
+	BatchPayloads     [][]byte
+	BatchOperationIds []string
+}
+
+// Records a repeat decided from OperationRepeatLookup, with its answer, in
+// one statement. For a new event id (@seen false) it inserts the inbox row
+// with the decision; for a known one it counts the redelivery. The answer
+// goes in one row of outbox_batches, written only with the inbox change:
+// no row comes back when the event id arrived meanwhile (the insert found
+// it), and the caller takes the transaction.
+func (q *Queries) InboxRecordRepeat(ctx context.Context, arg InboxRecordRepeatParams) (int32, error) {
+	row := q.db.QueryRow(ctx, inboxRecordRepeat,
+		arg.Source,
+		arg.EventID,
+		arg.PayloadHash,
+		arg.WorkflowID,
+		arg.Decision,
+		arg.Reason,
+		arg.OperationID,
+		arg.Now,
+		arg.Seen,
+		arg.BatchID,
+		arg.BatchDelaySeconds,
+		arg.BatchSubjects,
+		arg.BatchMsgIds,
+		arg.BatchHeaders,
+		arg.BatchPayloads,
+		arg.BatchOperationIds,
+	)
+	var changed int32
+	err := row.Scan(&changed)
+	return changed, err
+}
+
 const operationCreated = `-- name: OperationCreated :exec
 WITH events AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, actor, detail, at)
@@ -113,6 +188,85 @@ func (q *Queries) OperationEventList(ctx context.Context, operationID string) ([
 		return nil, err
 	}
 	return items, nil
+}
+
+const operationRepeatLookup = `-- name: OperationRepeatLookup :one
+WITH seen AS (
+    SELECT decision, reason, payload_hash, operation_id
+    FROM inbox WHERE source = $2 AND event_id = $3
+)
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant, o.compensation_operation_id,
+       EXISTS (SELECT 1 FROM seen)::boolean AS seen,
+       coalesce((SELECT decision FROM seen), '')::text AS first_decision,
+       coalesce((SELECT reason FROM seen), '')::text AS first_reason,
+       coalesce((SELECT payload_hash FROM seen), '')::text AS first_payload_hash
+FROM operations o
+WHERE o.id = CASE WHEN EXISTS (SELECT 1 FROM seen) THEN (SELECT operation_id FROM seen)
+                  ELSE (SELECT k.id FROM operations k WHERE k.idempotency_key = $1) END
+`
+
+type OperationRepeatLookupParams struct {
+	IdempotencyKey string
+	Source         string
+	EventID        string
+}
+
+type OperationRepeatLookupRow struct {
+	Operation        Operation
+	Seen             bool
+	FirstDecision    string
+	FirstReason      string
+	FirstPayloadHash string
+}
+
+// What a repeated simple intent (one OperationSubmitNew wrote nothing for)
+// meets, in one read: its inbox row when the event id is known, with the
+// operation that row names; otherwise the operation of its key. No row
+// when neither applies (the event id is known but names no operation, or
+// what made the statement write nothing committed after this read's
+// snapshot): the caller takes the transaction, which decides those.
+func (q *Queries) OperationRepeatLookup(ctx context.Context, arg OperationRepeatLookupParams) (OperationRepeatLookupRow, error) {
+	row := q.db.QueryRow(ctx, operationRepeatLookup, arg.IdempotencyKey, arg.Source, arg.EventID)
+	var i OperationRepeatLookupRow
+	err := row.Scan(
+		&i.Operation.ID,
+		&i.Operation.WorkflowID,
+		&i.Operation.RunID,
+		&i.Operation.Tool,
+		&i.Operation.ToolVersion,
+		&i.Operation.Intent,
+		&i.Operation.EntityType,
+		&i.Operation.EntityID,
+		&i.Operation.ArgsCanonical,
+		&i.Operation.ArgsHash,
+		&i.Operation.SideEffectClass,
+		&i.Operation.IdempotencyKey,
+		&i.Operation.State,
+		&i.Operation.AttemptCount,
+		&i.Operation.LeaseEpoch,
+		&i.Operation.ExternalRequestID,
+		&i.Operation.ExternalObjectID,
+		&i.Operation.CompensatesOperationID,
+		&i.Operation.TraceID,
+		&i.Operation.LastErrorCategory,
+		&i.Operation.LastError,
+		&i.Operation.CreatedAt,
+		&i.Operation.UpdatedAt,
+		&i.Operation.Version,
+		&i.Operation.OriginEventID,
+		&i.Operation.Generation,
+		&i.Operation.GenerationStartedAt,
+		&i.Operation.GenerationAttemptBase,
+		&i.Operation.ProposedBy,
+		&i.Operation.DedupeKey,
+		&i.Operation.Tenant,
+		&i.Operation.CompensationOperationID,
+		&i.Seen,
+		&i.FirstDecision,
+		&i.FirstReason,
+		&i.FirstPayloadHash,
+	)
+	return i, err
 }
 
 const operationSubmitNew = `-- name: OperationSubmitNew :one

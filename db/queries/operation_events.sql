@@ -143,3 +143,54 @@ WITH input AS (
     WHERE cardinality(@batch_msg_ids::text[]) > 0
 )
 SELECT * FROM created;
+
+-- name: OperationRepeatLookup :one
+-- What a repeated simple intent (one OperationSubmitNew wrote nothing for)
+-- meets, in one read: its inbox row when the event id is known, with the
+-- operation that row names; otherwise the operation of its key. No row
+-- when neither applies (the event id is known but names no operation, or
+-- what made the statement write nothing committed after this read's
+-- snapshot): the caller takes the transaction, which decides those.
+WITH seen AS (
+    SELECT decision, reason, payload_hash, operation_id
+    FROM inbox WHERE source = @source AND event_id = @event_id
+)
+SELECT sqlc.embed(o),
+       EXISTS (SELECT 1 FROM seen)::boolean AS seen,
+       coalesce((SELECT decision FROM seen), '')::text AS first_decision,
+       coalesce((SELECT reason FROM seen), '')::text AS first_reason,
+       coalesce((SELECT payload_hash FROM seen), '')::text AS first_payload_hash
+FROM operations o
+WHERE o.id = CASE WHEN EXISTS (SELECT 1 FROM seen) THEN (SELECT operation_id FROM seen)
+                  ELSE (SELECT k.id FROM operations k WHERE k.idempotency_key = @idempotency_key) END;
+
+-- name: InboxRecordRepeat :one
+-- Records a repeat decided from OperationRepeatLookup, with its answer, in
+-- one statement. For a new event id (@seen false) it inserts the inbox row
+-- with the decision; for a known one it counts the redelivery. The answer
+-- goes in one row of outbox_batches, written only with the inbox change:
+-- no row comes back when the event id arrived meanwhile (the insert found
+-- it), and the caller takes the transaction.
+WITH inserted AS (
+    INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, rejected, operation_id,
+                       received_at, last_seen_at)
+    SELECT @source, @event_id, '', @payload_hash, @workflow_id, @decision, @reason, false, @operation_id,
+           coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now())
+    WHERE NOT @seen::boolean
+    ON CONFLICT DO NOTHING
+    RETURNING event_id
+), counted AS (
+    UPDATE inbox SET duplicate_count = duplicate_count + 1,
+                     last_seen_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    WHERE @seen::boolean AND source = @source AND event_id = @event_id
+    RETURNING event_id
+), changed AS (
+    SELECT event_id FROM inserted UNION ALL SELECT event_id FROM counted
+), batch AS (
+    INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids)
+    SELECT @batch_id, coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @batch_delay_seconds::float8),
+           @batch_subjects::text[], @batch_msg_ids::text[], @batch_headers::jsonb[], @batch_payloads::bytea[], @batch_operation_ids::text[]
+    FROM changed
+    WHERE cardinality(@batch_msg_ids::text[]) > 0
+)
+SELECT count(*)::int AS changed FROM changed;

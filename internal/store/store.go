@@ -316,7 +316,11 @@ func (s *Store) Submit(ctx context.Context, sub Submission) (*SubmitResult, erro
 		if !errors.Is(err, op.ErrConflict) {
 			return res, err
 		}
-		// The event id or the key is known: the transaction decides.
+		// The event id or the key is known: a repeat, most often answered
+		// in two statements; otherwise the transaction decides.
+		if res, err = s.submitRepeat(ctx, sub); res != nil || err != nil {
+			return res, err
+		}
 	}
 	var res *SubmitResult
 	err := s.InTx(ctx, func(tx *Tx) error {

@@ -211,12 +211,8 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 	got := toOperation(row.Operation)
 	res := &SubmitResult{Decision: op.DecisionNew, Operation: got}
 	if row.Duplicate {
-		res.Decision = op.DecisionDuplicateOperation
-		switch {
-		case got.ArgsHash != o.ArgsHash:
-			res.Decision = op.DecisionConflict
-			res.Reason = fmt.Sprintf("idempotency key already used by operation %s with different arguments", got.ID)
-		case got.Reopenable() && s.Outbox != nil:
+		res.Decision, res.Reason = knownKey(s, got)
+		if res.Decision == op.DecisionReopened {
 			// It failed without any effect: this intent runs it again, under
 			// the same key, as a new generation.
 			after, err := t.Transition(ctx, Change{OperationID: got.ID, From: got.State, LeaseEpoch: got.LeaseEpoch,
@@ -225,7 +221,7 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 			if err != nil {
 				return nil, fmt.Errorf("submit %s/%s: reopen %s: %w", s.Source, s.EventID, got.ID, err)
 			}
-			got, res.Decision, res.Operation = after, op.DecisionReopened, after
+			got, res.Operation = after, after
 		}
 	}
 	// One statement writes the rest: a new operation's first events and
@@ -307,6 +303,64 @@ func (s *Store) submitNew(ctx context.Context, sub Submission) (*SubmitResult, e
 		return nil, err
 	}
 	return n.res, nil
+}
+
+// submitRepeat answers a simple submission that submitNew wrote nothing
+// for (its event id or its key is known) in two statements on the pool
+// instead of a transaction of five: OperationRepeatLookup reads what it
+// repeats, knownEvent or knownKey decide as Tx.Submit would, and
+// InboxRecordRepeat records the decision with the answer. It returns nil
+// and no error when the transaction must decide: the event id is known
+// but names no operation, the operation can be reopened, or something
+// committed between the two statements.
+func (s *Store) submitRepeat(ctx context.Context, sub Submission) (*SubmitResult, error) {
+	sum := sha256.Sum256(sub.Payload)
+	payloadHash := hex.EncodeToString(sum[:])
+	row, err := s.q.OperationRepeatLookup(ctx, dbsqlc.OperationRepeatLookupParams{
+		Source: sub.Source, EventID: sub.EventID, IdempotencyKey: sub.Operation.IdempotencyKey})
+	if err = translate(err); isNotFound(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("submit %s/%s: repeat: %w", sub.Source, sub.EventID, err)
+	}
+	got := toOperation(row.Operation)
+	var res *SubmitResult
+	if row.Seen {
+		res = knownEvent(row.FirstDecision, row.FirstReason, row.FirstPayloadHash, payloadHash)
+		res.Operation = got
+	} else {
+		res = &SubmitResult{Operation: got}
+		if res.Decision, res.Reason = knownKey(sub, got); res.Decision == op.DecisionReopened {
+			return nil, nil
+		}
+	}
+	rows := outboxRows{grace: s.handoff, batched: true}
+	if sub.Answer != nil {
+		if err := rows.add(sub.Answer(res)); err != nil {
+			return nil, err
+		}
+	}
+	if len(rows.msgIDs) > 0 {
+		// A message due later has no place in this statement.
+		return nil, nil
+	}
+	b := newBatch(s.handoff)
+	b.add(&rows, 0)
+	p := dbsqlc.InboxRecordRepeatParams{
+		Source: sub.Source, EventID: sub.EventID, PayloadHash: payloadHash, WorkflowID: sub.WorkflowID,
+		Decision: string(res.Decision), Reason: res.Reason, OperationID: &got.ID, Now: s.now(), Seen: row.Seen,
+		BatchID: b.id,
+	}
+	p.BatchSubjects, p.BatchMsgIds, p.BatchHeaders, p.BatchPayloads, p.BatchOperationIds, p.BatchDelaySeconds = b.columns()
+	n, err := s.q.InboxRecordRepeat(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("submit %s/%s: record repeat: %w", sub.Source, sub.EventID, translate(err))
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	s.handOff(b.due)
+	return res, nil
 }
 
 // newSubmission is a simple submission made ready for OperationSubmitNew
@@ -570,16 +624,37 @@ func nonNil[T any](xs []T) []T {
 	return xs
 }
 
+// knownKey decides for a submission whose key names got, an operation the
+// ledger already has: duplicate_operation with the same arguments, conflict
+// with others, reopened when got failed without any effect and the
+// submission can set it going again (the caller reopens it).
+func knownKey(s Submission, got *op.Operation) (op.Decision, string) {
+	switch {
+	case got.ArgsHash != s.Operation.ArgsHash:
+		return op.DecisionConflict, fmt.Sprintf("idempotency key already used by operation %s with different arguments", got.ID)
+	case got.Reopenable() && s.Outbox != nil:
+		return op.DecisionReopened, ""
+	}
+	return op.DecisionDuplicateOperation, ""
+}
+
+// knownEvent decides for an event id the inbox already has, from what was
+// decided the first time and the payload's hash then and now.
+func knownEvent(firstDecision, firstReason, firstHash, payloadHash string) *SubmitResult {
+	res := &SubmitResult{Decision: op.DecisionDuplicateEvent, FirstDecision: op.Decision(firstDecision), Reason: firstReason}
+	if firstHash != payloadHash {
+		res.Decision = op.DecisionConflict
+		res.Reason = "event id already used with a different payload"
+	}
+	return res
+}
+
 func (t *Tx) duplicateEvent(ctx context.Context, s Submission, payloadHash string) (*SubmitResult, error) {
 	in, err := t.q.InboxMarkDuplicate(ctx, dbsqlc.InboxMarkDuplicateParams{Source: s.Source, EventID: s.EventID, Now: t.now()})
 	if err != nil {
 		return nil, fmt.Errorf("submit %s/%s: duplicate: %w", s.Source, s.EventID, translate(err))
 	}
-	res := &SubmitResult{Decision: op.DecisionDuplicateEvent, FirstDecision: op.Decision(in.Decision), Reason: in.Reason}
-	if in.PayloadHash != payloadHash {
-		res.Decision = op.DecisionConflict
-		res.Reason = "event id already used with a different payload"
-	}
+	res := knownEvent(in.Decision, in.Reason, in.PayloadHash, payloadHash)
 	if in.OperationID != nil {
 		if res.Operation, err = t.Operation(ctx, *in.OperationID); err != nil {
 			return nil, err
