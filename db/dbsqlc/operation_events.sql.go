@@ -494,7 +494,7 @@ func (q *Queries) OperationSubmitNew(ctx context.Context, arg OperationSubmitNew
 
 const operationSubmitNewBatch = `-- name: OperationSubmitNewBatch :many
 WITH input AS (
-    SELECT id, source, event_id, payload_hash, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, compensates_operation_id, trace_id, proposed_by, tenant, created_detail, actor FROM ROWS FROM (
+    SELECT id, source, event_id, payload_hash, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, compensates_operation_id, trace_id, proposed_by, tenant, created_detail, actor, n FROM ROWS FROM (
         unnest($1::text[]), unnest($2::text[]), unnest($3::text[]), unnest($4::text[]),
         unnest($5::text[]), unnest($6::text[]), unnest($7::text[]), unnest($8::int[]),
         unnest($9::text[]), unnest($10::text[]), unnest($11::text[]),
@@ -502,15 +502,9 @@ WITH input AS (
         unnest($15::text[]), unnest($16::text[]), unnest($17::text[]),
         unnest($18::text[]), unnest($19::text[]), unnest($20::text[]), unnest($21::jsonb[]),
         unnest($22::text[])
-    ) AS i(id, source, event_id, payload_hash, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
+    ) WITH ORDINALITY AS i(id, source, event_id, payload_hash, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
            args_canonical, args_hash, side_effect_class, idempotency_key, state, compensates_operation_id,
-           trace_id, proposed_by, tenant, created_detail, actor)
-), inbox_rows AS (
-    INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, rejected, operation_id,
-                       received_at, last_seen_at)
-    SELECT i.source, i.event_id, '', i.payload_hash, i.workflow_id, 'new', '', false, i.id,
-           coalesce($23::timestamptz, now()), coalesce($23::timestamptz, now())
-    FROM input i
+           trace_id, proposed_by, tenant, created_detail, actor, n)
 ), created AS (
     INSERT INTO operations (
         id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
@@ -522,7 +516,17 @@ WITH input AS (
            nullif(i.compensates_operation_id, ''), i.trace_id, i.proposed_by, '', i.tenant,
            coalesce($23::timestamptz, now()), coalesce($23::timestamptz, now())
     FROM input i
+    -- In key order, as every batch takes them: two batches never wait for
+    -- each other's keys crosswise. The first of a key in the batch wins.
+    ORDER BY i.idempotency_key, i.n
+    ON CONFLICT DO NOTHING
     RETURNING id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id
+), inbox_rows AS (
+    INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, rejected, operation_id,
+                       received_at, last_seen_at)
+    SELECT i.source, i.event_id, '', i.payload_hash, i.workflow_id, 'new', '', false, i.id,
+           created.created_at, created.created_at
+    FROM created JOIN input i ON i.id = created.id
 ), events AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, actor, detail, at)
     SELECT created.id, e.seq, e.event, e.from_state, e.to_state, 0, i.actor, e.detail, created.created_at
@@ -534,17 +538,26 @@ WITH input AS (
     INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
     SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
            coalesce($23::timestamptz, now()) + make_interval(secs => m.delay_seconds)
-    FROM ROWS FROM (unnest($25::text[]), unnest($26::text[]), unnest($27::jsonb[]),
-                    unnest($28::bytea[]), unnest($29::text[]), unnest($30::float8[]))
-         AS m(subject, msg_id, headers, payload, operation_id, delay_seconds)
+    FROM ROWS FROM (unnest($25::int[]), unnest($26::text[]), unnest($27::text[]), unnest($28::jsonb[]),
+                    unnest($29::bytea[]), unnest($30::text[]), unnest($31::float8[]))
+         AS m(change, subject, msg_id, headers, payload, operation_id, delay_seconds)
+    JOIN input i ON i.n = m.change
+    JOIN created ON created.id = i.id
 ), batch AS (
-    -- Every operation's messages due at once, in one row of outbox_batches.
+    -- The messages due at once of the operations created, in one row of
+    -- outbox_batches, in the order given.
     INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids)
-    SELECT $31, coalesce($23::timestamptz, now()) + make_interval(secs => $32::float8),
-           $33::text[], $34::text[], $35::jsonb[], $36::bytea[], $37::text[]
-    WHERE cardinality($34::text[]) > 0
+    SELECT $32, coalesce($23::timestamptz, now()) + make_interval(secs => $33::float8),
+           array_agg(m.subject ORDER BY m.ord), array_agg(m.msg_id ORDER BY m.ord), array_agg(m.headers ORDER BY m.ord),
+           array_agg(m.payload ORDER BY m.ord), array_agg(m.operation_id ORDER BY m.ord)
+    FROM ROWS FROM (unnest($34::int[]), unnest($35::text[]), unnest($36::text[]),
+                    unnest($37::jsonb[]), unnest($38::bytea[]), unnest($39::text[]))
+         WITH ORDINALITY AS m(change, subject, msg_id, headers, payload, operation_id, ord)
+    JOIN input i ON i.n = m.change
+    JOIN created ON created.id = i.id
+    HAVING count(*) > 0
 )
-SELECT id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id, args_canonical, args_hash, side_effect_class, idempotency_key, state, attempt_count, lease_epoch, external_request_id, external_object_id, compensates_operation_id, trace_id, last_error_category, last_error, created_at, updated_at, version, origin_event_id, generation, generation_started_at, generation_attempt_base, proposed_by, dedupe_key, tenant, compensation_operation_id FROM created
+SELECT created.id, created.workflow_id, created.run_id, created.tool, created.tool_version, created.intent, created.entity_type, created.entity_id, created.args_canonical, created.args_hash, created.side_effect_class, created.idempotency_key, created.state, created.attempt_count, created.lease_epoch, created.external_request_id, created.external_object_id, created.compensates_operation_id, created.trace_id, created.last_error_category, created.last_error, created.created_at, created.updated_at, created.version, created.origin_event_id, created.generation, created.generation_started_at, created.generation_attempt_base, created.proposed_by, created.dedupe_key, created.tenant, created.compensation_operation_id FROM created
 `
 
 type OperationSubmitNewBatchParams struct {
@@ -572,6 +585,7 @@ type OperationSubmitNewBatchParams struct {
 	Actors                  []string
 	Now                     *time.Time
 	Initial                 string
+	MessageChanges          []int32
 	Subjects                []string
 	MsgIds                  []string
 	Headers                 [][]byte
@@ -580,6 +594,7 @@ type OperationSubmitNewBatchParams struct {
 	Delays                  []float64
 	BatchID                 string
 	BatchDelaySeconds       float64
+	BatchChanges            []int32
 	BatchSubjects           []string
 	BatchMsgIds             []string
 	BatchHeaders            [][]byte
@@ -625,11 +640,17 @@ type OperationSubmitNewBatchRow struct {
 // OperationSubmitNew for many new intents in one statement (group commit):
 // element i of every per-operation array is operation i; each has the two
 // first events (create, then @initial) and its outbox rows come flattened,
-// each naming its operation. One statement pays its executor start-up,
-// constraint preparation, plan lookup and commit once for all of them
-// instead of once each. It is all or nothing: a known event id or key
-// among them fails the whole statement with a unique violation, nothing is
-// written, and the caller submits each one on its own (Store.Submit).
+// each naming its operation by its 1-based position. One statement pays its
+// executor start-up, constraint preparation, plan lookup and commit once
+// for all of them instead of once each. It makes no decision either: an
+// intent whose key the ledger has (or an earlier one of the batch has) is
+// skipped with its events and messages (ON CONFLICT DO NOTHING), and only
+// the operations created come back; the caller takes the path that decides
+// for the others. A new key under a known event id (a replan that kept
+// it, rare) fails the whole statement with a unique violation of the
+// inbox, nothing is written, and the caller submits each one on its own.
+// The inbox insert takes no ON CONFLICT for it: a speculative insertion
+// costs a WAL record per row.
 func (q *Queries) OperationSubmitNewBatch(ctx context.Context, arg OperationSubmitNewBatchParams) ([]OperationSubmitNewBatchRow, error) {
 	rows, err := q.db.Query(ctx, operationSubmitNewBatch,
 		arg.Ids,
@@ -656,6 +677,7 @@ func (q *Queries) OperationSubmitNewBatch(ctx context.Context, arg OperationSubm
 		arg.Actors,
 		arg.Now,
 		arg.Initial,
+		arg.MessageChanges,
 		arg.Subjects,
 		arg.MsgIds,
 		arg.Headers,
@@ -664,6 +686,7 @@ func (q *Queries) OperationSubmitNewBatch(ctx context.Context, arg OperationSubm
 		arg.Delays,
 		arg.BatchID,
 		arg.BatchDelaySeconds,
+		arg.BatchChanges,
 		arg.BatchSubjects,
 		arg.BatchMsgIds,
 		arg.BatchHeaders,

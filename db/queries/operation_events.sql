@@ -86,11 +86,17 @@ WHERE CASE WHEN EXISTS (SELECT 1 FROM inbox_row) THEN true
 -- OperationSubmitNew for many new intents in one statement (group commit):
 -- element i of every per-operation array is operation i; each has the two
 -- first events (create, then @initial) and its outbox rows come flattened,
--- each naming its operation. One statement pays its executor start-up,
--- constraint preparation, plan lookup and commit once for all of them
--- instead of once each. It is all or nothing: a known event id or key
--- among them fails the whole statement with a unique violation, nothing is
--- written, and the caller submits each one on its own (Store.Submit).
+-- each naming its operation by its 1-based position. One statement pays its
+-- executor start-up, constraint preparation, plan lookup and commit once
+-- for all of them instead of once each. It makes no decision either: an
+-- intent whose key the ledger has (or an earlier one of the batch has) is
+-- skipped with its events and messages (ON CONFLICT DO NOTHING), and only
+-- the operations created come back; the caller takes the path that decides
+-- for the others. A new key under a known event id (a replan that kept
+-- it, rare) fails the whole statement with a unique violation of the
+-- inbox, nothing is written, and the caller submits each one on its own.
+-- The inbox insert takes no ON CONFLICT for it: a speculative insertion
+-- costs a WAL record per row.
 WITH input AS (
     SELECT * FROM ROWS FROM (
         unnest(@ids::text[]), unnest(@sources::text[]), unnest(@event_ids::text[]), unnest(@payload_hashes::text[]),
@@ -100,15 +106,9 @@ WITH input AS (
         unnest(@idempotency_keys::text[]), unnest(@states::text[]), unnest(@compensates_operation_ids::text[]),
         unnest(@trace_ids::text[]), unnest(@proposed_bys::text[]), unnest(@tenants::text[]), unnest(@created_details::jsonb[]),
         unnest(@actors::text[])
-    ) AS i(id, source, event_id, payload_hash, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
+    ) WITH ORDINALITY AS i(id, source, event_id, payload_hash, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
            args_canonical, args_hash, side_effect_class, idempotency_key, state, compensates_operation_id,
-           trace_id, proposed_by, tenant, created_detail, actor)
-), inbox_rows AS (
-    INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, rejected, operation_id,
-                       received_at, last_seen_at)
-    SELECT i.source, i.event_id, '', i.payload_hash, i.workflow_id, 'new', '', false, i.id,
-           coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now())
-    FROM input i
+           trace_id, proposed_by, tenant, created_detail, actor, n)
 ), created AS (
     INSERT INTO operations (
         id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
@@ -120,7 +120,17 @@ WITH input AS (
            nullif(i.compensates_operation_id, ''), i.trace_id, i.proposed_by, '', i.tenant,
            coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now())
     FROM input i
+    -- In key order, as every batch takes them: two batches never wait for
+    -- each other's keys crosswise. The first of a key in the batch wins.
+    ORDER BY i.idempotency_key, i.n
+    ON CONFLICT DO NOTHING
     RETURNING *
+), inbox_rows AS (
+    INSERT INTO inbox (source, event_id, payload, payload_hash, workflow_id, decision, reason, rejected, operation_id,
+                       received_at, last_seen_at)
+    SELECT i.source, i.event_id, '', i.payload_hash, i.workflow_id, 'new', '', false, i.id,
+           created.created_at, created.created_at
+    FROM created JOIN input i ON i.id = created.id
 ), events AS (
     INSERT INTO operation_events (operation_id, seq, event, from_state, to_state, lease_epoch, actor, detail, at)
     SELECT created.id, e.seq, e.event, e.from_state, e.to_state, 0, i.actor, e.detail, created.created_at
@@ -132,17 +142,26 @@ WITH input AS (
     INSERT INTO outbox (subject, msg_id, headers, payload, operation_id, available_at)
     SELECT m.subject, m.msg_id, m.headers, m.payload, nullif(m.operation_id, ''),
            coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => m.delay_seconds)
-    FROM ROWS FROM (unnest(@subjects::text[]), unnest(@msg_ids::text[]), unnest(@headers::jsonb[]),
+    FROM ROWS FROM (unnest(@message_changes::int[]), unnest(@subjects::text[]), unnest(@msg_ids::text[]), unnest(@headers::jsonb[]),
                     unnest(@payloads::bytea[]), unnest(@operation_ids::text[]), unnest(@delays::float8[]))
-         AS m(subject, msg_id, headers, payload, operation_id, delay_seconds)
+         AS m(change, subject, msg_id, headers, payload, operation_id, delay_seconds)
+    JOIN input i ON i.n = m.change
+    JOIN created ON created.id = i.id
 ), batch AS (
-    -- Every operation's messages due at once, in one row of outbox_batches.
+    -- The messages due at once of the operations created, in one row of
+    -- outbox_batches, in the order given.
     INSERT INTO outbox_batches (batch_id, available_at, subjects, msg_ids, headers, payloads, operation_ids)
     SELECT @batch_id, coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @batch_delay_seconds::float8),
-           @batch_subjects::text[], @batch_msg_ids::text[], @batch_headers::jsonb[], @batch_payloads::bytea[], @batch_operation_ids::text[]
-    WHERE cardinality(@batch_msg_ids::text[]) > 0
+           array_agg(m.subject ORDER BY m.ord), array_agg(m.msg_id ORDER BY m.ord), array_agg(m.headers ORDER BY m.ord),
+           array_agg(m.payload ORDER BY m.ord), array_agg(m.operation_id ORDER BY m.ord)
+    FROM ROWS FROM (unnest(@batch_changes::int[]), unnest(@batch_subjects::text[]), unnest(@batch_msg_ids::text[]),
+                    unnest(@batch_headers::jsonb[]), unnest(@batch_payloads::bytea[]), unnest(@batch_operation_ids::text[]))
+         WITH ORDINALITY AS m(change, subject, msg_id, headers, payload, operation_id, ord)
+    JOIN input i ON i.n = m.change
+    JOIN created ON created.id = i.id
+    HAVING count(*) > 0
 )
-SELECT * FROM created;
+SELECT created.* FROM created;
 
 -- name: OperationRepeatLookup :one
 -- What a repeated simple intent (one OperationSubmitNew wrote nothing for)

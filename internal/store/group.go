@@ -176,10 +176,11 @@ func batchContext[T any](batch []*groupItem[T]) context.Context {
 }
 
 // runSubmits writes a batch of new intents: alone with OperationSubmitNew,
-// else all with one OperationSubmitNewBatch. A batch that fails (a known
-// event id or key among them, or any other error) writes nothing; each of
-// its submissions is then written on its own, and one that conflicts gets
-// op.ErrConflict and takes the transaction that decides (Store.Submit).
+// else all with one OperationSubmitNewBatch. A repeat (a known event id or
+// key) is not written and gets op.ErrConflict, and Store.Submit takes the
+// path that decides. A batch that fails (a new key under a known event id,
+// or any other error) writes nothing; each of its submissions is then
+// written on its own.
 func (s *Store) runSubmits(batch []*groupItem[*newSubmission]) {
 	if len(batch) == 1 {
 		batch[0].finish(s.execNew(batch[0].ctx, batch[0].v))
@@ -189,12 +190,17 @@ func (s *Store) runSubmits(batch []*groupItem[*newSubmission]) {
 	for i, it := range batch {
 		ns[i] = it.v
 	}
-	if err := s.execNewBatch(batchContext(batch), ns); err != nil {
+	written, err := s.execNewBatch(batchContext(batch), ns)
+	if err != nil {
 		s.submits.fallBack(batch, err, s.execNew)
 		return
 	}
-	for _, it := range batch {
-		it.finish(nil)
+	for i, it := range batch {
+		if written[i] {
+			it.finish(nil)
+		} else {
+			it.finish(it.v.repeat())
+		}
 	}
 }
 

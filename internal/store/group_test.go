@@ -116,6 +116,65 @@ func TestGroupCommitBatchWithKnownIDsFallsBack(t *testing.T) {
 	require.Equal(t, 6, b.count(t, `SELECT count(*) FROM operation_events`))
 }
 
+// A batch holding repeats of known keys (and a key twice) writes the new
+// ones and skips the repeats, without failing: no fallback, no unique
+// violation in Postgres's log. Each repeat is decided as it would have been
+// alone, and no message of a skipped intent is written.
+func TestGroupCommitBatchSkipsRepeatedKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first, err := b.store.Submit(b.ctx, answering(submission("evt_known", newOp("key_known", "args")), 0))
+	require.NoError(t, err)
+	require.Equal(t, op.DecisionNew, first.Decision)
+
+	subs := []store.Submission{
+		submission("evt_a", newOp("key_a", "args")),
+		submission("evt_known", newOp("key_known", "args")), // a known event id, its key
+		submission("evt_b", newOp("key_known", "args")),     // known key, same args
+		submission("evt_c", newOp("key_c", "args")),
+		submission("evt_d", newOp("key_c", "args")), // the same key twice in the batch
+		submission("evt_e", newOp("key_known", "different")),
+	}
+	queued, release := store.HoldGroup(b.store)
+	results := make([]*store.SubmitResult, len(subs))
+	errs := make([]error, len(subs))
+	var wg sync.WaitGroup
+	for i, s := range subs {
+		wg.Go(func() { results[i], errs[i] = b.store.Submit(b.ctx, answering(s, i+1)) })
+	}
+	require.Eventually(t, func() bool { return queued() == len(subs) }, 10*time.Second, time.Millisecond)
+	release()
+	wg.Wait()
+	for i := range subs {
+		require.NoError(t, errs[i], subs[i].EventID)
+	}
+	require.Equal(t, op.DecisionNew, results[0].Decision)
+	require.Equal(t, op.DecisionDuplicateEvent, results[1].Decision)
+	require.Equal(t, first.Operation.ID, results[1].Operation.ID)
+	require.Equal(t, op.DecisionDuplicateOperation, results[2].Decision)
+	require.Equal(t, first.Operation.ID, results[2].Operation.ID)
+	c, d := results[3], results[4]
+	require.Equal(t, op.DecisionNew, c.Decision, "the first of a key in the batch is written")
+	require.Equal(t, op.DecisionDuplicateOperation, d.Decision)
+	require.Equal(t, c.Operation.ID, d.Operation.ID)
+	require.Equal(t, op.DecisionConflict, results[5].Decision)
+
+	gs := b.store.GroupStats().Submits
+	require.Zero(t, gs.Fallbacks, "%+v", gs)
+	require.EqualValues(t, len(subs), gs.Largest, "%+v", gs)
+	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM operations`))
+	require.Equal(t, 6, b.count(t, `SELECT count(*) FROM inbox`))
+	require.Equal(t, 6, b.count(t, `SELECT count(*) FROM operation_events`))
+	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM outbox_messages WHERE subject LIKE 'opledger.ops.dispatch.%'`),
+		"one dispatch command per operation created, none for a skipped intent")
+	for i, res := range results {
+		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM outbox_messages WHERE msg_id = $1 AND payload = $2`,
+			fmt.Sprintf("result:%d", i+1), fmt.Sprintf("%s|%s|%s|%s", res.Decision, res.FirstDecision, res.Operation.ID, res.Reason)),
+			"%s: one answer, with the decision taken", subs[i].EventID)
+	}
+	require.Equal(t, 1+len(subs), b.count(t, `SELECT count(*) FROM outbox_messages WHERE subject LIKE 'opledger.results.%'`))
+}
+
 // Outcomes recorded at once share a statement and each is written as it
 // would be alone: the changed operations with their events, results and
 // finished attempts; a stale one changes nothing but its attempt; a second

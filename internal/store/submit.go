@@ -436,8 +436,7 @@ func (s *Store) execNew(ctx context.Context, n *newSubmission) error {
 	p.BatchSubjects, p.BatchMsgIds, p.BatchHeaders, p.BatchPayloads, p.BatchOperationIds, p.BatchDelaySeconds = b.columns()
 	row, err := s.q.OperationSubmitNew(ctx, p)
 	if errors.Is(err, pgx.ErrNoRows) {
-		// A repeat: the event id or the key is known, nothing was written.
-		return fmt.Errorf("submit %s/%s: event id or key already known: %w", n.sub.Source, n.sub.EventID, op.ErrConflict)
+		return n.repeat()
 	}
 	if err != nil {
 		return fmt.Errorf("submit %s/%s: %w", n.sub.Source, n.sub.EventID, translate(err))
@@ -447,15 +446,23 @@ func (s *Store) execNew(ctx context.Context, n *newSubmission) error {
 	return nil
 }
 
-// execNewBatch writes prepared submissions with one OperationSubmitNewBatch,
-// all or nothing; they must share Initial (simple ones do: op.EventEnqueue).
-// On success each one's result holds its operation as created. An error
-// means nothing was written.
-func (s *Store) execNewBatch(ctx context.Context, batch []*newSubmission) error {
+// repeat is the error of a submission that was not written because its
+// event id or its key is known.
+func (n *newSubmission) repeat() error {
+	return fmt.Errorf("submit %s/%s: event id or key already known: %w", n.sub.Source, n.sub.EventID, op.ErrConflict)
+}
+
+// execNewBatch writes prepared submissions with one OperationSubmitNewBatch;
+// they must share Initial (simple ones do: op.EventEnqueue). It reports
+// which were written: the others repeat an event id or a key (see
+// execNew), and for each the caller takes the path that decides. Each one
+// written has its operation as created in its result. An error means
+// nothing was written.
+func (s *Store) execNewBatch(ctx context.Context, batch []*newSubmission) (written []bool, err error) {
 	first := batch[0].sub
 	p := dbsqlc.OperationSubmitNewBatchParams{Now: s.now(), Initial: string(first.Initial)}
 	b := newBatch(s.handoff)
-	for _, n := range batch {
+	for i, n := range batch {
 		q := n.p
 		p.Ids = append(p.Ids, q.ID)
 		p.Sources = append(p.Sources, q.Source)
@@ -479,34 +486,38 @@ func (s *Store) execNewBatch(ctx context.Context, batch []*newSubmission) error 
 		p.Tenants = append(p.Tenants, q.Tenant)
 		p.CreatedDetails = append(p.CreatedDetails, n.created)
 		p.Actors = append(p.Actors, q.Actor)
+		for range q.Subjects {
+			p.MessageChanges = append(p.MessageChanges, int32(i+1))
+		}
 		p.Subjects = append(p.Subjects, q.Subjects...)
 		p.MsgIds = append(p.MsgIds, q.MsgIds...)
 		p.Headers = append(p.Headers, q.Headers...)
 		p.Payloads = append(p.Payloads, q.Payloads...)
 		p.OperationIds = append(p.OperationIds, q.OperationIds...)
 		p.Delays = append(p.Delays, q.Delays...)
-		b.add(&n.rows, 0)
+		b.add(&n.rows, int32(i+1))
 	}
-	p.BatchID = b.id
+	p.MessageChanges = nonNil(p.MessageChanges)
+	p.BatchID, p.BatchChanges = b.id, nonNil(b.changes)
 	p.BatchSubjects, p.BatchMsgIds, p.BatchHeaders, p.BatchPayloads, p.BatchOperationIds, p.BatchDelaySeconds = b.columns()
 	rows, err := s.q.OperationSubmitNewBatch(ctx, p)
 	if err != nil {
-		return fmt.Errorf("submit %d intents at once: %w", len(batch), translate(err))
+		return nil, fmt.Errorf("submit %d intents at once: %w", len(batch), translate(err))
 	}
-	// Committed: every operation of the batch exists (the statement inserts
-	// all of them or fails), and each answer keeps the operation as its
-	// row came back.
+	// Committed: each answer of an operation written keeps the operation as
+	// its row came back.
 	byID := make(map[string]dbsqlc.Operation, len(rows))
 	for _, r := range rows {
 		byID[r.ID] = dbsqlc.Operation(r)
 	}
-	for _, n := range batch {
+	written = make([]bool, len(batch))
+	for i, n := range batch {
 		if row, ok := byID[n.p.ID]; ok {
-			n.res.Operation = toOperation(row)
+			n.res.Operation, written[i] = toOperation(row), true
 		}
 	}
-	s.handOff(b.due)
-	return nil
+	s.handOff(b.dueOf(func(change int32) bool { return written[change-1] }))
+	return written, nil
 }
 
 func derefOr(s *string) string {
