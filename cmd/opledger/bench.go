@@ -103,8 +103,10 @@ func (p pgSettingsFlag) Set(s string) error {
 	return nil
 }
 
-// pgssSettings load pg_stat_statements into a private cluster (bench -pgss).
-var pgssSettings = map[string]string{"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.max": "10000"}
+// pgssSettings load pg_stat_statements into a private cluster (bench -pgss),
+// counting planning time too.
+var pgssSettings = map[string]string{"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.max": "10000",
+	"pg_stat_statements.track_planning": "on"}
 
 // runBench is "opledger bench". By default it measures, in one run against
 // one stack:

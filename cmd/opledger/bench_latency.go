@@ -262,12 +262,20 @@ func (b *bench) latencyAt(ctx context.Context, l load) (*latencyReport, error) {
 		return r, nil
 	}
 	wf := b.wf("lat_" + l.label)
+	if l.label == "moderate" {
+		if err := b.resetPGSS(ctx); err != nil {
+			return nil, err
+		}
+	}
 	res, err := b.pipelineLoop(ctx, wf, sched, func(i int) (wire.Intent, op.Decision) { return benchIntent(wf, i), op.DecisionNew })
 	if err != nil {
 		return nil, err
 	}
 	if l.label == "moderate" {
 		b.answered = res.done
+		if r.PGSS, err = b.snapshotPGSS(ctx, len(sched)); err != nil {
+			return nil, err
+		}
 	}
 	direct, directLate, err := b.directLoop(ctx, sched, l.label)
 	if err != nil {

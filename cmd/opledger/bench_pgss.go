@@ -71,7 +71,7 @@ func (b *bench) snapshotPGSS(ctx context.Context, ops int) (*pgssReport, error) 
 		return nil, nil
 	}
 	rows, err := b.db.Query(ctx, benchTag+`
-		SELECT s.calls, s.rows, s.total_exec_time, s.wal_records, s.wal_fpi, s.wal_bytes::float8, s.query
+		SELECT s.calls, s.rows, s.total_exec_time, s.total_plan_time, s.plans, s.wal_records, s.wal_fpi, s.wal_bytes::float8, s.query
 		FROM pg_stat_statements s
 		WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 		  AND s.query NOT LIKE $1
@@ -80,13 +80,13 @@ func (b *bench) snapshotPGSS(ctx context.Context, ops int) (*pgssReport, error) 
 		return nil, fmt.Errorf("bench: pg_stat_statements: %w", err)
 	}
 	type stmt struct {
-		calls, rows, walRecords, walFPI int64
-		execMs, walBytes                float64
-		query                           string
+		calls, rows, plans, walRecords, walFPI int64
+		execMs, planMs, walBytes               float64
+		query                                  string
 	}
 	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stmt, error) {
 		var s stmt
-		err := r.Scan(&s.calls, &s.rows, &s.execMs, &s.walRecords, &s.walFPI, &s.walBytes, &s.query)
+		err := r.Scan(&s.calls, &s.rows, &s.execMs, &s.planMs, &s.plans, &s.walRecords, &s.walFPI, &s.walBytes, &s.query)
 		return s, err
 	})
 	if err != nil {
@@ -105,12 +105,14 @@ func (b *bench) snapshotPGSS(ctx context.Context, ops int) (*pgssReport, error) 
 		}
 		p.RowsPerOp += float64(s.rows) / n
 		p.ExecMsPerOp += s.execMs / n
+		p.PlanMsPerOp += s.planMs / n
+		p.PlansPerOp += float64(s.plans) / n
 		p.WALRecordsPerOp += float64(s.walRecords) / n
 		p.WALFPIPerOp += float64(s.walFPI) / n
 		p.WALBytesPerOp += s.walBytes / n
 		if i < 10 {
 			p.Top = append(p.Top, pgssStatement{Query: oneLine(s.query), Calls: s.calls, CallsPerOp: float64(s.calls) / n,
-				TotalMs: s.execMs, MsPerOp: s.execMs / n, MeanMs: s.execMs / float64(max(s.calls, 1)), RowsPerOp: float64(s.rows) / n,
+				TotalMs: s.execMs, MsPerOp: s.execMs / n, MeanMs: s.execMs / float64(max(s.calls, 1)), MeanPlanMs: s.planMs / float64(max(s.plans, 1)), PlansPerCall: float64(s.plans) / float64(max(s.calls, 1)), RowsPerOp: float64(s.rows) / n,
 				WALRecordsPerOp: float64(s.walRecords) / n, WALBytesPerOp: s.walBytes / n, SharePercent: 100 * s.execMs / max(totalMs, 1e-9)})
 		}
 	}
@@ -133,15 +135,20 @@ func oneLine(q string) string {
 
 // pgssReport is pg_stat_statements' count of one run, per operation.
 type pgssReport struct {
-	Ops                     int             `json:"ops"`
-	StatementsPerOp         float64         `json:"statements_per_op"`
-	TransactionControlPerOp float64         `json:"transaction_control_per_op"`
-	RowsPerOp               float64         `json:"rows_per_op"`
-	ExecMsPerOp             float64         `json:"exec_ms_per_op"`
-	WALRecordsPerOp         float64         `json:"wal_records_per_op"`
-	WALFPIPerOp             float64         `json:"wal_fpi_per_op"`
-	WALBytesPerOp           float64         `json:"wal_bytes_per_op"`
-	Top                     []pgssStatement `json:"top"`
+	Ops                     int     `json:"ops"`
+	StatementsPerOp         float64 `json:"statements_per_op"`
+	TransactionControlPerOp float64 `json:"transaction_control_per_op"`
+	RowsPerOp               float64 `json:"rows_per_op"`
+	ExecMsPerOp             float64 `json:"exec_ms_per_op"`
+	// PlanMsPerOp and PlansPerOp count planning, when the server tracks it
+	// (pg_stat_statements.track_planning, set by -pgss in a private
+	// cluster; 0 otherwise). A cached plan is not planned again.
+	PlanMsPerOp     float64         `json:"plan_ms_per_op"`
+	PlansPerOp      float64         `json:"plans_per_op"`
+	WALRecordsPerOp float64         `json:"wal_records_per_op"`
+	WALFPIPerOp     float64         `json:"wal_fpi_per_op"`
+	WALBytesPerOp   float64         `json:"wal_bytes_per_op"`
+	Top             []pgssStatement `json:"top"`
 }
 
 type pgssStatement struct {
@@ -151,6 +158,8 @@ type pgssStatement struct {
 	TotalMs         float64 `json:"total_ms"`
 	MsPerOp         float64 `json:"ms_per_op"`
 	MeanMs          float64 `json:"mean_ms"`
+	MeanPlanMs      float64 `json:"mean_plan_ms"`
+	PlansPerCall    float64 `json:"plans_per_call"`
 	RowsPerOp       float64 `json:"rows_per_op"`
 	WALRecordsPerOp float64 `json:"wal_records_per_op"`
 	WALBytesPerOp   float64 `json:"wal_bytes_per_op"`
@@ -161,11 +170,11 @@ func (p *pgssReport) print(w io.Writer, indent string) {
 	if p == nil {
 		return
 	}
-	fmt.Fprintf(w, "%spg_stat_statements per operation: %.1f statements (%.1f of them BEGIN/COMMIT), %.1f rows, %.3f ms execution, %.1f WAL records (%.2f full-page images), %s WAL\n",
-		indent, p.StatementsPerOp, p.TransactionControlPerOp, p.RowsPerOp, p.ExecMsPerOp, p.WALRecordsPerOp, p.WALFPIPerOp, bytesIEC(int64(p.WALBytesPerOp)))
-	fmt.Fprintf(w, "%stop statements by total execution time:  calls/op   ms/op  mean ms  rows/op  WAL rec/op  WAL B/op  share  statement\n", indent)
+	fmt.Fprintf(w, "%spg_stat_statements per operation: %.1f statements (%.1f of them BEGIN/COMMIT), %.1f rows, %.3f ms execution, %.3f ms planning (%.2f plans), %.1f WAL records (%.2f full-page images), %s WAL\n",
+		indent, p.StatementsPerOp, p.TransactionControlPerOp, p.RowsPerOp, p.ExecMsPerOp, p.PlanMsPerOp, p.PlansPerOp, p.WALRecordsPerOp, p.WALFPIPerOp, bytesIEC(int64(p.WALBytesPerOp)))
+	fmt.Fprintf(w, "%stop statements by total execution time:  calls/op   ms/op  mean ms  plans/call  plan ms  rows/op  WAL rec/op  WAL B/op  share  statement\n", indent)
 	for _, s := range p.Top {
-		fmt.Fprintf(w, "%s  %47.2f %7.3f %8.3f %8.2f %11.2f %9.0f %5.1f%%  %s\n", indent, s.CallsPerOp, s.MsPerOp, s.MeanMs, s.RowsPerOp,
+		fmt.Fprintf(w, "%s  %47.2f %7.3f %8.3f %11.2f %8.3f %8.2f %11.2f %9.0f %5.1f%%  %s\n", indent, s.CallsPerOp, s.MsPerOp, s.MeanMs, s.PlansPerCall, s.MeanPlanMs, s.RowsPerOp,
 			s.WALRecordsPerOp, s.WALBytesPerOp, s.SharePercent, clip(s.Query, 110))
 	}
 }

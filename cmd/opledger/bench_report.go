@@ -127,12 +127,16 @@ type latencyReport struct {
 	// worst (already included in the latencies).
 	MaxLateMs       float64 `json:"max_late_ms"`
 	DirectMaxLateMs float64 `json:"direct_max_late_ms"`
+	// PGSS is what the run's operations cost Postgres, statement by
+	// statement (-pgss; the moderate load only).
+	PGSS *pgssReport `json:"pgss,omitempty"`
 }
 
 func (r *latencyReport) print(w io.Writer, note string) {
 	fmt.Fprintf(w, "latency at %.0f ops/s (%s, %s arrivals, %d intents in %s): intent→completed_success p50 %s p99 %s; direct vendor call p50 %s p99 %s\n",
 		r.Rate, note, r.Arrivals, r.Intents, time.Duration(r.Seconds*float64(time.Second)), msStr(r.E2E.P50), msStr(r.E2E.P99), msStr(r.Direct.P50), msStr(r.Direct.P99))
 	fmt.Fprintf(w, "  overhead added by opledger: p50 %s  p99 %s%s\n", msStr(r.OverheadP50), msStr(r.OverheadP99), r.trouble())
+	r.PGSS.print(w, "  ")
 }
 
 func (r *latencyReport) trouble() string {
