@@ -81,8 +81,10 @@ type trend struct {
 
 type tableTrends struct {
 	Table string `json:"table"`
-	// Small tables (under flatSmallTable live rows) are compared by total size.
+	// Small tables (under flatSmallTable live rows) and queue tables
+	// (queueTables) are compared by total size.
 	Small bool `json:"small"`
+	Queue bool `json:"queue"`
 	// BytesPerRow is total size over live rows (total size for a table
 	// of under 1000 rows); DeadShare is dead over all tuples (not judged
 	// for a small table).
@@ -343,6 +345,13 @@ func mkTrend(xs []float64, ratio, slack float64) trend {
 	return trend{First: first, Last: last, Ratio: r, Flat: last <= first*ratio || last-first <= slack}
 }
 
+// queueTables hold work in flight: a row leaves when its work is done (an
+// entity's lease when its operation settles, a message once published).
+// Their live rows follow the backlog, not the ledger's size, so their size
+// per live row rises whenever the backlog falls; they are judged by their
+// total size (and a dead share says as little as a small table's).
+var queueTables = map[string]bool{"outbox": true, "outbox_batches": true, "entity_leases": true}
+
 func verdict(s *steadyReport) steadyVerdict {
 	var p99, heap, rss, backlog []float64
 	for _, iv := range s.Intervals {
@@ -366,7 +375,7 @@ func verdict(s *steadyReport) steadyVerdict {
 	}
 	for _, table := range hotTables {
 		var perRow, dead []float64
-		small := true
+		small, queue := true, queueTables[table]
 		for _, iv := range s.Intervals {
 			for _, t := range iv.Tables {
 				if t.Table != table {
@@ -384,7 +393,7 @@ func verdict(s *steadyReport) steadyVerdict {
 		for _, iv := range s.Intervals {
 			for _, t := range iv.Tables {
 				if t.Table == table {
-					if small {
+					if small || queue {
 						perRow = append(perRow, float64(t.TotalBytes))
 					} else {
 						perRow = append(perRow, float64(t.TotalBytes)/math.Max(float64(t.LiveTuples), 1))
@@ -392,15 +401,15 @@ func verdict(s *steadyReport) steadyVerdict {
 				}
 			}
 		}
-		tt := tableTrends{Table: table, Small: small, DeadShare: mkTrend(dead, 1, flatDeadSlack)}
-		if small {
+		tt := tableTrends{Table: table, Small: small, Queue: queue, DeadShare: mkTrend(dead, 1, flatDeadSlack)}
+		if small || queue {
 			tt.BytesPerRow = mkTrend(perRow, flatBytesRatio, flatSmallSlack)
 		} else {
 			tt.BytesPerRow = mkTrend(perRow, flatBytesRatio, 0)
 		}
 		// A small table's dead share says nothing (a few live rows, each
 		// deleted soon: entity leases); its size does.
-		tt.DeadShare.Flat = tt.DeadShare.Flat || tt.DeadShare.Last <= flatDeadCeiling || small
+		tt.DeadShare.Flat = tt.DeadShare.Flat || tt.DeadShare.Last <= flatDeadCeiling || small || queue
 		tt.Flat = tt.BytesPerRow.Flat && tt.DeadShare.Flat
 		if !tt.Flat {
 			v.NotFlat = append(v.NotFlat, table)
@@ -425,7 +434,10 @@ func (v *steadyVerdict) print(w io.Writer, s *steadyReport) {
 	fmt.Fprintf(w, "  backlog (in flight + outbox unsent) %.0f → %.0f: %s\n", v.Backlog.First, v.Backlog.Last, word(v.Backlog))
 	for _, t := range v.Tables {
 		what := "size per live row"
-		if t.Small {
+		switch {
+		case t.Queue:
+			what = "size (work in flight)"
+		case t.Small:
 			what = "size (small table)"
 		}
 		fmt.Fprintf(w, "  %-17s %s %s → %s: %s; dead tuples %.1f%% → %.1f%%: %s\n", t.Table, what,
