@@ -137,6 +137,20 @@ func (q *Queries) OutboxBatchSplit(ctx context.Context, arg OutboxBatchSplitPara
 	return moved, err
 }
 
+const outboxBatchesDeleteHandedOff = `-- name: OutboxBatchesDeleteHandedOff :execrows
+DELETE FROM outbox_batches WHERE batch_id = ANY($1::text[])
+`
+
+// OutboxDeleteHandedOff for the batches all of whose messages JetStream
+// acknowledged.
+func (q *Queries) OutboxBatchesDeleteHandedOff(ctx context.Context, batchIds []string) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxBatchesDeleteHandedOff, batchIds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const outboxClaimBatch = `-- name: OutboxClaimBatch :many
 WITH due AS (
     SELECT id FROM outbox
@@ -239,24 +253,17 @@ func (q *Queries) OutboxCountUnsent(ctx context.Context) (int64, error) {
 }
 
 const outboxDeleteHandedOff = `-- name: OutboxDeleteHandedOff :execrows
-WITH batches AS (
-    DELETE FROM outbox_batches WHERE batch_id = ANY($2::text[])
-)
 DELETE FROM outbox WHERE msg_id = ANY($1::text[])
 `
 
-type OutboxDeleteHandedOffParams struct {
-	MsgIds   []string
-	BatchIds []string
-}
-
 // Deletes the rows of messages that were handed to a relay in memory after
-// their commit and that JetStream acknowledged, and the batches all of
-// whose messages it acknowledged. No claim fences it: a relay that claimed
-// such a row after the hand-off grace publishes it again under the same
-// Nats-Msg-Id, and then finds it gone. It counts the rows of outbox.
-func (q *Queries) OutboxDeleteHandedOff(ctx context.Context, arg OutboxDeleteHandedOffParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxDeleteHandedOff, arg.MsgIds, arg.BatchIds)
+// their commit and that JetStream acknowledged. No claim fences it: a relay
+// that claimed such a row after the hand-off grace publishes it again
+// under the same Nats-Msg-Id, and then finds it gone. Never called with no
+// msg id: a custom plan for an empty array costs nothing, and Postgres,
+// comparing, would plan the statement again at every execution.
+func (q *Queries) OutboxDeleteHandedOff(ctx context.Context, msgIds []string) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxDeleteHandedOff, msgIds)
 	if err != nil {
 		return 0, err
 	}

@@ -39,14 +39,17 @@ DELETE FROM outbox WHERE id = ANY(@ids::bigint[]) AND sent_at IS NULL AND claime
 
 -- name: OutboxDeleteHandedOff :execrows
 -- Deletes the rows of messages that were handed to a relay in memory after
--- their commit and that JetStream acknowledged, and the batches all of
--- whose messages it acknowledged. No claim fences it: a relay that claimed
--- such a row after the hand-off grace publishes it again under the same
--- Nats-Msg-Id, and then finds it gone. It counts the rows of outbox.
-WITH batches AS (
-    DELETE FROM outbox_batches WHERE batch_id = ANY(@batch_ids::text[])
-)
+-- their commit and that JetStream acknowledged. No claim fences it: a relay
+-- that claimed such a row after the hand-off grace publishes it again
+-- under the same Nats-Msg-Id, and then finds it gone. Never called with no
+-- msg id: a custom plan for an empty array costs nothing, and Postgres,
+-- comparing, would plan the statement again at every execution.
 DELETE FROM outbox WHERE msg_id = ANY(@msg_ids::text[]);
+
+-- name: OutboxBatchesDeleteHandedOff :execrows
+-- OutboxDeleteHandedOff for the batches all of whose messages JetStream
+-- acknowledged.
+DELETE FROM outbox_batches WHERE batch_id = ANY(@batch_ids::text[]);
 
 -- name: OutboxBatchClaim :many
 -- OutboxClaimBatch for outbox_batches: due batches nobody holds, each

@@ -72,6 +72,13 @@ type Config struct {
 	// Handoff, when set, brings messages committed in this process
 	// (Handoff.Take): the relay publishes them as they come.
 	Handoff <-chan []store.Message
+	// DeleteEvery spaces the statements that delete the rows of handed-off
+	// messages JetStream acknowledged (default 20ms): what is acknowledged
+	// meanwhile waits for the next one. At a moderate load each message
+	// would otherwise cost a statement and a commit of its own; a row not
+	// yet deleted when the process dies is published again, under its
+	// Nats-Msg-Id, once its grace has passed.
+	DeleteEvery time.Duration
 	// Subjects, when set, are the subject prefixes this relay publishes:
 	// those its NATS user may (a service's own, app.PublishPrefixes). It
 	// claims only rows on them, and leaves the others to relays that may.
@@ -104,6 +111,9 @@ func (c *Config) setDefaults() {
 	c.PublishTimeout = min(c.PublishTimeout, c.Lease/3)
 	if c.ProbeTimeout <= 0 {
 		c.ProbeTimeout = time.Second
+	}
+	if c.DeleteEvery <= 0 {
+		c.DeleteEvery = 20 * time.Millisecond
 	}
 }
 
@@ -247,23 +257,46 @@ func (r *Relay) runHandoff(ctx context.Context) {
 type published struct{ msgIDs, batchIDs []string }
 
 // deleteHandedOff deletes the rows of acknowledged messages, as many per
-// statement as have arrived, until acked is closed. The deletes run even
-// after ctx ends: the messages are already in JetStream.
+// statement as have arrived, at most one round every DeleteEvery (sooner
+// when 4×BatchSize are waiting), until acked is closed. The deletes run
+// even after ctx ends: the messages are already in JetStream.
 func (r *Relay) deleteHandedOff(ctx context.Context, acked <-chan published) {
 	dctx := context.WithoutCancel(ctx)
+	var last time.Time
 	for p := range acked {
+		var due <-chan time.Time
+		var timer *time.Timer
+		if wait := r.cfg.DeleteEvery - time.Since(last); wait > 0 {
+			timer = time.NewTimer(wait)
+			due = timer.C
+		}
 	more:
 		for len(p.msgIDs)+len(p.batchIDs) < 4*r.cfg.BatchSize {
-			select {
-			case next, ok := <-acked:
-				if !ok {
+			var next published
+			var ok bool
+			if due != nil {
+				select {
+				case next, ok = <-acked:
+				case <-due:
+					due = nil
+					continue
+				}
+			} else {
+				select {
+				case next, ok = <-acked:
+				default:
 					break more
 				}
-				p.msgIDs, p.batchIDs = append(p.msgIDs, next.msgIDs...), append(p.batchIDs, next.batchIDs...)
-			default:
+			}
+			if !ok {
 				break more
 			}
+			p.msgIDs, p.batchIDs = append(p.msgIDs, next.msgIDs...), append(p.batchIDs, next.batchIDs...)
 		}
+		if timer != nil {
+			timer.Stop()
+		}
+		last = time.Now()
 		if _, err := r.store.OutboxSentHandedOff(dctx, p.msgIDs, p.batchIDs); err != nil {
 			// The rows stay; once their grace has passed a relay claims
 			// them and publishes them again with the same msg ids: a

@@ -294,6 +294,40 @@ func TestHandedOffMessagesArePublishedAtOnce(t *testing.T) {
 	require.Zero(t, h.Missed())
 }
 
+// The rows of handed-off messages are deleted at most once every
+// DeleteEvery: at a moderate load each message would otherwise cost a
+// statement and a commit of its own. A message acknowledged soon after a
+// delete is published at once and its row waits for the next one.
+//
+// Breaking it: deleting after every acknowledgement deletes the second
+// row as soon as it is published.
+func TestHandedOffDeletesAreSpaced(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pipetest.Options{})
+	h := outbox.NewHandoff()
+	st := b.openStore(t, h, nil)
+	const every = time.Second
+	b.startAfterFirstPass(t, outbox.Config{ID: "local", PollInterval: time.Minute, Handoff: h.Take(), DeleteEvery: every})
+	unsent := func() int64 { n, err := b.Store.OutboxUnsent(b.Ctx); require.NoError(t, err); return n }
+
+	// Past the first pass's delete: the next one may come at once.
+	time.Sleep(every)
+	b.enqueueVia(t, st, "first-0000")
+	require.Eventually(t, func() bool { return unsent() == 0 }, 5*time.Second, time.Millisecond, "the first row is deleted")
+	deleted := time.Now()
+	b.enqueueVia(t, st, "second-0000")
+	require.Eventually(t, func() bool { return len(b.published.snapshot()) == 3 }, 5*time.Second, time.Millisecond,
+		"the second message is published at once")
+	if time.Since(deleted) < every/2 {
+		require.EqualValues(t, 1, unsent(), "its row waits for the next delete")
+	} else {
+		t.Logf("publishing took %s; the spacing is not observable in this run", time.Since(deleted))
+	}
+	require.Eventually(t, func() bool { return unsent() == 0 }, 5*time.Second, time.Millisecond, "and is deleted then")
+	require.GreaterOrEqual(t, time.Since(deleted), every-100*time.Millisecond, "not before DeleteEvery has passed")
+	require.Zero(t, h.Missed())
+}
+
 // A message handed to no relay (the process's relays are busy, or it dies
 // with the hand-off in memory) is still published, by a claim, but only
 // once its hand-off grace has passed on the database's clock: before that

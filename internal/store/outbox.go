@@ -202,14 +202,23 @@ func (s *Store) OutboxSent(ctx context.Context, relay string, ids []int64) (int6
 	return n, nil
 }
 
-// OutboxSentHandedOff deletes, in one statement, the rows of handed-off
-// messages (see Options.OnOutbox) that were published, by msg id, and the
-// batches all of whose messages were; it returns how many rows of outbox
-// it deleted.
+// OutboxSentHandedOff deletes the rows of handed-off messages (see
+// Options.OnOutbox) that were published, by msg id, and the batches all of
+// whose messages were; it returns how many rows of outbox it deleted. Each
+// kind is one statement, made only when there is something of that kind to
+// delete.
 func (s *Store) OutboxSentHandedOff(ctx context.Context, msgIDs, batchIDs []string) (int64, error) {
-	n, err := s.q.OutboxDeleteHandedOff(ctx, dbsqlc.OutboxDeleteHandedOffParams{MsgIds: nonNil(msgIDs), BatchIds: nonNil(batchIDs)})
-	if err != nil {
-		return 0, fmt.Errorf("outbox delete handed off: %w", translate(err))
+	var n int64
+	if len(batchIDs) > 0 {
+		if _, err := s.q.OutboxBatchesDeleteHandedOff(ctx, batchIDs); err != nil {
+			return 0, fmt.Errorf("outbox delete handed-off batches: %w", translate(err))
+		}
+	}
+	if len(msgIDs) > 0 {
+		var err error
+		if n, err = s.q.OutboxDeleteHandedOff(ctx, msgIDs); err != nil {
+			return 0, fmt.Errorf("outbox delete handed off: %w", translate(err))
+		}
 	}
 	return n, nil
 }
