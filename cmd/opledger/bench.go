@@ -42,6 +42,7 @@ type benchConfig struct {
 	PGSS            bool
 	JSON            bool
 	CPUProfile      string
+	MemProfile      string
 }
 
 // rateFlag is an open-loop rate: ops/s ("100"), or a percentage of the
@@ -150,6 +151,7 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	fs.BoolVar(&cfg.PGSS, "pgss", false, "pg_stat_statements figures per operation (a private cluster preloads the extension)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print every figure as one JSON document on stdout (the text report goes to stderr)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run to this file")
+	fs.StringVar(&cfg.MemProfile, "memprofile", "", "write a heap profile of the bench process at the end to this file (steady mode: FILE.N at the end of every interval N)")
 	fs.BoolVar(&f.cfg.Infra.Durable, "durable", true, "private cluster keeps fsync on (as in production)")
 	fs.IntVar(&sc.Dispatchers, "dispatchers", 3, "dispatcher instances")
 	fs.IntVar(&sc.Relays, "relays", 2, "outbox relays")
@@ -270,7 +272,30 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 		}
 	}
 	b.sideBySide()
+	if err := writeHeapProfile(cfg.MemProfile); err != nil {
+		return err
+	}
 	return b.finish(out, started)
+}
+
+// writeHeapProfile writes the process's heap profile, as of a collection
+// made now, to path (nothing when path is empty). The process includes the
+// embedded NATS server, the stand-in vendor and the bench's own
+// bookkeeping besides the services.
+func writeHeapProfile(path string) error {
+	if path == "" {
+		return nil
+	}
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("bench: heap profile: %w", err)
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("bench: heap profile: %w", err)
+	}
+	return f.Close()
 }
 
 func (c *benchConfig) validate() error {

@@ -211,6 +211,11 @@ func (b *bench) steady(ctx context.Context) error {
 			return fmt.Errorf("bench: steady: unsettled: %w", err)
 		}
 		iv.HeapLiveBytes, iv.RSSBytes = memory()
+		if b.cfg.MemProfile != "" {
+			if err := writeHeapProfile(fmt.Sprintf("%s.%d", b.cfg.MemProfile, len(s.Intervals)+1)); err != nil {
+				return err
+			}
+		}
 		if iv.Tables, err = b.tableStats(ctx, hotTables); err != nil {
 			return err
 		}
