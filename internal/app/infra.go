@@ -70,11 +70,6 @@ var privateClusterSettings = map[string]string{
 	"shared_buffers":     "1GB",
 	"max_wal_size":       "4GB",
 	"checkpoint_timeout": "15min",
-	// The tables of work in flight (entity_leases, outbox_batches) take
-	// and drop a row or two per operation: at a thousand operations a
-	// second, a minute between autovacuum's visits (its stock naptime)
-	// leaves tens of MB of dead rows each, which they then keep.
-	"autovacuum_naptime": "10s",
 }
 
 func StartInfra(ctx context.Context, cfg InfraConfig) (_ *Infra, err error) {
