@@ -395,10 +395,11 @@ func verdict(s *steadyReport) steadyVerdict {
 		if len(dead) == 0 {
 			continue
 		}
+		byTotal := small || queue
 		for _, iv := range s.Intervals {
 			for _, t := range iv.Tables {
 				if t.Table == table {
-					if small || queue {
+					if byTotal {
 						perRow = append(perRow, float64(t.TotalBytes))
 					} else {
 						perRow = append(perRow, float64(t.TotalBytes)/math.Max(float64(t.LiveTuples), 1))
@@ -407,14 +408,14 @@ func verdict(s *steadyReport) steadyVerdict {
 			}
 		}
 		tt := tableTrends{Table: table, Small: small, Queue: queue, DeadShare: mkTrend(dead, 1, flatDeadSlack)}
-		if small || queue {
+		if byTotal {
 			tt.BytesPerRow = mkTrend(perRow, flatBytesRatio, flatSmallSlack)
 		} else {
 			tt.BytesPerRow = mkTrend(perRow, flatBytesRatio, 0)
 		}
 		// A small table's dead share says nothing (a few live rows, each
 		// deleted soon: entity leases); its size does.
-		tt.DeadShare.Flat = tt.DeadShare.Flat || tt.DeadShare.Last <= flatDeadCeiling || small || queue
+		tt.DeadShare.Flat = tt.DeadShare.Flat || tt.DeadShare.Last <= flatDeadCeiling || byTotal
 		tt.Flat = tt.BytesPerRow.Flat && tt.DeadShare.Flat
 		if !tt.Flat {
 			v.NotFlat = append(v.NotFlat, table)

@@ -62,8 +62,6 @@ type Infra struct {
 	nats  *natsembed.Server
 }
 
-// StartInfra connects to or starts Postgres and NATS, applies migrations and
-// ensures the streams.
 // privateClusterSettings are the server settings a private cluster starts
 // with (besides max_connections), before Infra.PGSettings.
 var privateClusterSettings = map[string]string{
@@ -72,6 +70,8 @@ var privateClusterSettings = map[string]string{
 	"checkpoint_timeout": "15min",
 }
 
+// StartInfra connects to or starts Postgres and NATS, applies migrations and
+// ensures the streams.
 func StartInfra(ctx context.Context, cfg InfraConfig) (_ *Infra, err error) {
 	in := &Infra{DatabaseURL: cfg.DatabaseURL, NATSURL: cfg.NATSURL}
 	defer func() {
@@ -89,7 +89,7 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (_ *Infra, err error) {
 		// minutes at a few thousand operations a second; then the backends
 		// write dirty buffers out themselves, and checkpoints every 1 GB of
 		// WAL add full-page images. A steady bench run at 2,300 ops/s fell
-		// behind after 8 minutes on the stock settings and kept up for all
+		// behind after seven minutes on the stock settings and kept up for all
 		// 10 with these (docs/architecture.md). -pg and PGSettings override.
 		maps.Copy(settings, privateClusterSettings)
 		maps.Copy(settings, cfg.PGSettings)

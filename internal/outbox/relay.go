@@ -264,38 +264,22 @@ func (r *Relay) deleteHandedOff(ctx context.Context, acked <-chan published) {
 	dctx := context.WithoutCancel(ctx)
 	var last time.Time
 	for p := range acked {
-		var due <-chan time.Time
-		var timer *time.Timer
-		if wait := r.cfg.DeleteEvery - time.Since(last); wait > 0 {
-			timer = time.NewTimer(wait)
-			due = timer.C
-		}
+		// Until DeleteEvery has passed since the last round (at once when
+		// it has), take what else is acknowledged.
+		due := time.NewTimer(max(r.cfg.DeleteEvery-time.Since(last), 0))
 	more:
 		for len(p.msgIDs)+len(p.batchIDs) < 4*r.cfg.BatchSize {
-			var next published
-			var ok bool
-			if due != nil {
-				select {
-				case next, ok = <-acked:
-				case <-due:
-					due = nil
-					continue
-				}
-			} else {
-				select {
-				case next, ok = <-acked:
-				default:
+			select {
+			case next, ok := <-acked:
+				if !ok {
 					break more
 				}
-			}
-			if !ok {
+				p.msgIDs, p.batchIDs = append(p.msgIDs, next.msgIDs...), append(p.batchIDs, next.batchIDs...)
+			case <-due.C:
 				break more
 			}
-			p.msgIDs, p.batchIDs = append(p.msgIDs, next.msgIDs...), append(p.batchIDs, next.batchIDs...)
 		}
-		if timer != nil {
-			timer.Stop()
-		}
+		due.Stop()
 		last = time.Now()
 		if _, err := r.store.OutboxSentHandedOff(dctx, p.msgIDs, p.batchIDs); err != nil {
 			// The rows stay; once their grace has passed a relay claims

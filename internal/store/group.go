@@ -26,7 +26,7 @@ const DefaultGroupStatements = 1
 // group is group commit of one kind of write (new intents, leased claims,
 // outcomes):
 // concurrent callers queue their prepared writes, and whichever finds fewer
-// than statements statements running starts one, which takes
+// statements of the kind running than it may run starts one, which takes
 // everything queued (up to max) into one statement and goes on until the
 // queue is empty. Nobody waits for a batch to fill: a write arriving at an
 // idle store runs at once, alone, and under load the queue fills while the

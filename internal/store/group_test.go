@@ -82,19 +82,7 @@ func TestGroupCommitBatchWithKnownIDsFallsBack(t *testing.T) {
 		submission("evt_d", newOp("key_c", "args")), // the same key twice in the batch
 		submission("evt_e", newOp("key_known", "different")),
 	}
-	queued, release := store.HoldGroup(b.store)
-	results := make([]*store.SubmitResult, len(subs))
-	errs := make([]error, len(subs))
-	var wg sync.WaitGroup
-	for i, s := range subs {
-		wg.Go(func() { results[i], errs[i] = b.store.Submit(b.ctx, s) })
-	}
-	require.Eventually(t, func() bool { return queued() == len(subs) }, 10*time.Second, time.Millisecond)
-	release()
-	wg.Wait()
-	for i := range subs {
-		require.NoError(t, errs[i], subs[i].EventID)
-	}
+	results := submitTogether(t, b, subs)
 	require.Equal(t, op.DecisionNew, results[0].Decision)
 	require.Equal(t, op.DecisionDuplicateEvent, results[1].Decision)
 	require.Equal(t, first.Operation.ID, results[1].Operation.ID)
@@ -135,19 +123,10 @@ func TestGroupCommitBatchSkipsRepeatedKeys(t *testing.T) {
 		submission("evt_d", newOp("key_c", "args")), // the same key twice in the batch
 		submission("evt_e", newOp("key_known", "different")),
 	}
-	queued, release := store.HoldGroup(b.store)
-	results := make([]*store.SubmitResult, len(subs))
-	errs := make([]error, len(subs))
-	var wg sync.WaitGroup
-	for i, s := range subs {
-		wg.Go(func() { results[i], errs[i] = b.store.Submit(b.ctx, answering(s, i+1)) })
-	}
-	require.Eventually(t, func() bool { return queued() == len(subs) }, 10*time.Second, time.Millisecond)
-	release()
-	wg.Wait()
 	for i := range subs {
-		require.NoError(t, errs[i], subs[i].EventID)
+		subs[i] = answering(subs[i], i+1)
 	}
+	results := submitTogether(t, b, subs)
 	require.Equal(t, op.DecisionNew, results[0].Decision)
 	require.Equal(t, op.DecisionDuplicateEvent, results[1].Decision)
 	require.Equal(t, first.Operation.ID, results[1].Operation.ID)
@@ -173,6 +152,26 @@ func TestGroupCommitBatchSkipsRepeatedKeys(t *testing.T) {
 			"%s: one answer, with the decision taken", subs[i].EventID)
 	}
 	require.Equal(t, 1+len(subs), b.count(t, `SELECT count(*) FROM outbox_messages WHERE subject LIKE 'opledger.results.%'`))
+}
+
+// submitTogether submits subs at once: held until all of them are queued,
+// so that one group statement takes them all.
+func submitTogether(t *testing.T, b bundle, subs []store.Submission) []*store.SubmitResult {
+	t.Helper()
+	queued, release := store.HoldGroup(b.store)
+	results := make([]*store.SubmitResult, len(subs))
+	errs := make([]error, len(subs))
+	var wg sync.WaitGroup
+	for i, s := range subs {
+		wg.Go(func() { results[i], errs[i] = b.store.Submit(b.ctx, s) })
+	}
+	require.Eventually(t, func() bool { return queued() == len(subs) }, 10*time.Second, time.Millisecond)
+	release()
+	wg.Wait()
+	for i := range subs {
+		require.NoError(t, errs[i], subs[i].EventID)
+	}
+	return results
 }
 
 // Outcomes recorded at once share a statement and each is written as it
