@@ -155,7 +155,9 @@ func TestGroupCommitBatchSkipsRepeatedKeys(t *testing.T) {
 }
 
 // submitTogether submits subs at once: held until all of them are queued,
-// so that one group statement takes them all.
+// so that one group statement takes them all. Each is queued before the
+// next is submitted, so that the batch holds them in the order given (the
+// first of a key in a batch is the one written).
 func submitTogether(t *testing.T, b bundle, subs []store.Submission) []*store.SubmitResult {
 	t.Helper()
 	queued, release := store.HoldGroup(b.store)
@@ -164,8 +166,8 @@ func submitTogether(t *testing.T, b bundle, subs []store.Submission) []*store.Su
 	var wg sync.WaitGroup
 	for i, s := range subs {
 		wg.Go(func() { results[i], errs[i] = b.store.Submit(b.ctx, s) })
+		require.Eventually(t, func() bool { return queued() == i+1 }, 10*time.Second, time.Millisecond)
 	}
-	require.Eventually(t, func() bool { return queued() == len(subs) }, 10*time.Second, time.Millisecond)
 	release()
 	wg.Wait()
 	for i := range subs {
