@@ -314,11 +314,24 @@ WITH created AS (
            $38::text[], $39::text[], $40::jsonb[], $41::bytea[], $42::text[]
     FROM created
     WHERE cardinality($39::text[]) > 0
+), seen AS (
+    -- Read only when nothing was created (the second branch below).
+    SELECT decision, reason, payload_hash, operation_id
+    FROM inbox WHERE source = $22 AND event_id = $15
 )
-SELECT created.id, created.workflow_id, created.run_id, created.tool, created.tool_version, created.intent, created.entity_type, created.entity_id, created.args_canonical, created.args_hash, created.side_effect_class, created.idempotency_key, created.state, created.attempt_count, created.lease_epoch, created.external_request_id, created.external_object_id, created.compensates_operation_id, created.trace_id, created.last_error_category, created.last_error, created.created_at, created.updated_at, created.version, created.origin_event_id, created.generation, created.generation_started_at, created.generation_attempt_base, created.proposed_by, created.dedupe_key, created.tenant, created.compensation_operation_id FROM created
+SELECT created.id, created.workflow_id, created.run_id, created.tool, created.tool_version, created.intent, created.entity_type, created.entity_id, created.args_canonical, created.args_hash, created.side_effect_class, created.idempotency_key, created.state, created.attempt_count, created.lease_epoch, created.external_request_id, created.external_object_id, created.compensates_operation_id, created.trace_id, created.last_error_category, created.last_error, created.created_at, created.updated_at, created.version, created.origin_event_id, created.generation, created.generation_started_at, created.generation_attempt_base, created.proposed_by, created.dedupe_key, created.tenant, created.compensation_operation_id, true AS written, false AS seen, ''::text AS first_decision, ''::text AS first_reason,
+       ''::text AS first_payload_hash
+FROM created
 WHERE CASE WHEN EXISTS (SELECT 1 FROM inbox_row) THEN true
            ELSE submit_conflict('the event id is already in the inbox, under another operation')
       END
+UNION ALL
+SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant, o.compensation_operation_id, false, EXISTS (SELECT 1 FROM seen), coalesce((SELECT decision FROM seen), ''),
+       coalesce((SELECT reason FROM seen), ''), coalesce((SELECT payload_hash FROM seen), '')
+FROM operations o
+WHERE NOT EXISTS (SELECT 1 FROM created)
+  AND o.id = CASE WHEN EXISTS (SELECT 1 FROM seen) THEN (SELECT operation_id FROM seen)
+                  ELSE (SELECT k.id FROM operations k WHERE k.idempotency_key = $12) END
 `
 
 type OperationSubmitNewParams struct {
@@ -399,16 +412,26 @@ type OperationSubmitNewRow struct {
 	DedupeKey               string
 	Tenant                  string
 	CompensationOperationID *string
+	Written                 bool
+	Seen                    bool
+	FirstDecision           string
+	FirstReason             string
+	FirstPayloadHash        string
 }
 
 // A new intent for a new key, whole, in one statement: the operation, its
 // inbox row (with its decision), its first events and its outbox rows (the
-// dispatch command and the answer). It makes no decision: for an event id
-// or a key the ledger already has it writes nothing and returns no row
-// (ON CONFLICT DO NOTHING: a repeat is not an error, and Postgres logs
-// none), and the caller takes the path that decides (Tx.Submit). A new key
-// under a known event id would leave the operation without its inbox row:
-// submit_conflict fails the statement with a unique violation, undoing it.
+// dispatch command and the answer); written is true and the row is the
+// operation created. It makes no decision: for an event id or a key the
+// ledger already has it writes nothing (ON CONFLICT DO NOTHING: a repeat
+// is not an error, and Postgres logs none) and returns, with written false,
+// what OperationRepeatLookup would read, so that the repeat is decided
+// without another round trip; or no row when that lookup finds nothing in
+// this statement's snapshot (what made the insert write nothing committed
+// after it began, or the event id names no operation), and the caller
+// takes the path that decides. A new key under a known event id would leave
+// the operation without its inbox row: submit_conflict fails the statement
+// with a unique violation, undoing it.
 func (q *Queries) OperationSubmitNew(ctx context.Context, arg OperationSubmitNewParams) (OperationSubmitNewRow, error) {
 	row := q.db.QueryRow(ctx, operationSubmitNew,
 		arg.ID,
@@ -488,6 +511,11 @@ func (q *Queries) OperationSubmitNew(ctx context.Context, arg OperationSubmitNew
 		&i.DedupeKey,
 		&i.Tenant,
 		&i.CompensationOperationID,
+		&i.Written,
+		&i.Seen,
+		&i.FirstDecision,
+		&i.FirstReason,
+		&i.FirstPayloadHash,
 	)
 	return i, err
 }

@@ -26,12 +26,17 @@ SELECT * FROM operation_events WHERE operation_id = @operation_id ORDER BY seq;
 -- name: OperationSubmitNew :one
 -- A new intent for a new key, whole, in one statement: the operation, its
 -- inbox row (with its decision), its first events and its outbox rows (the
--- dispatch command and the answer). It makes no decision: for an event id
--- or a key the ledger already has it writes nothing and returns no row
--- (ON CONFLICT DO NOTHING: a repeat is not an error, and Postgres logs
--- none), and the caller takes the path that decides (Tx.Submit). A new key
--- under a known event id would leave the operation without its inbox row:
--- submit_conflict fails the statement with a unique violation, undoing it.
+-- dispatch command and the answer); written is true and the row is the
+-- operation created. It makes no decision: for an event id or a key the
+-- ledger already has it writes nothing (ON CONFLICT DO NOTHING: a repeat
+-- is not an error, and Postgres logs none) and returns, with written false,
+-- what OperationRepeatLookup would read, so that the repeat is decided
+-- without another round trip; or no row when that lookup finds nothing in
+-- this statement's snapshot (what made the insert write nothing committed
+-- after it began, or the event id names no operation), and the caller
+-- takes the path that decides. A new key under a known event id would leave
+-- the operation without its inbox row: submit_conflict fails the statement
+-- with a unique violation, undoing it.
 WITH created AS (
     INSERT INTO operations (
         id, workflow_id, run_id, tool, tool_version, intent, entity_type, entity_id,
@@ -76,11 +81,24 @@ WITH created AS (
            @batch_subjects::text[], @batch_msg_ids::text[], @batch_headers::jsonb[], @batch_payloads::bytea[], @batch_operation_ids::text[]
     FROM created
     WHERE cardinality(@batch_msg_ids::text[]) > 0
+), seen AS (
+    -- Read only when nothing was created (the second branch below).
+    SELECT decision, reason, payload_hash, operation_id
+    FROM inbox WHERE source = @source AND event_id = @event_id
 )
-SELECT created.* FROM created
+SELECT created.*, true AS written, false AS seen, ''::text AS first_decision, ''::text AS first_reason,
+       ''::text AS first_payload_hash
+FROM created
 WHERE CASE WHEN EXISTS (SELECT 1 FROM inbox_row) THEN true
            ELSE submit_conflict('the event id is already in the inbox, under another operation')
-      END;
+      END
+UNION ALL
+SELECT o.*, false, EXISTS (SELECT 1 FROM seen), coalesce((SELECT decision FROM seen), ''),
+       coalesce((SELECT reason FROM seen), ''), coalesce((SELECT payload_hash FROM seen), '')
+FROM operations o
+WHERE NOT EXISTS (SELECT 1 FROM created)
+  AND o.id = CASE WHEN EXISTS (SELECT 1 FROM seen) THEN (SELECT operation_id FROM seen)
+                  ELSE (SELECT k.id FROM operations k WHERE k.idempotency_key = @idempotency_key) END;
 
 -- name: OperationSubmitNewBatch :many
 -- OperationSubmitNew for many new intents in one statement (group commit):

@@ -1,5 +1,9 @@
 package store
 
+// RepeatLookups is how many repeats s answered after reading the ledger
+// with OperationRepeatLookup, instead of with what OperationSubmitNew read.
+func RepeatLookups(s *Store) int64 { return s.repeatLookups.Load() }
+
 // HoldGroup stops s's group commit from starting statements, so that a
 // test can queue submissions and see them written together; Queued says
 // how many wait, and release lets them go.

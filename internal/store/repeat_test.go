@@ -93,8 +93,11 @@ func TestRepeatDecidesAsTheTransaction(t *testing.T) {
 			out.results = append(out.results, fmt.Sprintf("%s first=%s %s %q", res.Decision, res.FirstDecision, name(opID), named(res.Reason)))
 			if !viaTx && i > 0 {
 				require.Equal(t, 1, b.count(t, `SELECT count(*) FROM outbox_batches WHERE $1 = ANY(msg_ids)`, fmt.Sprintf("result:%d", i)),
-					"step %d: a repeat's answer is written by the two-statement path, in a row of outbox_batches", i)
+					"step %d: a repeat's answer is written by the repeat path, in a row of outbox_batches", i)
 			}
+		}
+		if !viaTx {
+			require.Zero(t, store.RepeatLookups(b.store), "every repeat is decided on what OperationSubmitNew read")
 		}
 		rows, err := b.db.Query(b.ctx, `SELECT event_id, payload_hash, workflow_id, decision, reason, coalesce(operation_id, ''), duplicate_count, length(payload)
 			FROM inbox ORDER BY event_id`)

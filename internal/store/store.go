@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,6 +41,9 @@ type Store struct {
 	submits  *group[*newSubmission]
 	claims   *group[*claim]
 	outcomes *group[*outcome]
+	// repeatLookups counts the repeats OperationSubmitNew did not read for
+	// (OperationRepeatLookup ran); tests assert on it.
+	repeatLookups atomic.Int64
 }
 
 // reads holds what works the same on the pool and in a transaction.
@@ -301,24 +305,25 @@ func isNotFound(err error) bool { return errors.Is(err, op.ErrNotFound) }
 // Submit runs Tx.Submit in its own transaction.
 func (s *Store) Submit(ctx context.Context, sub Submission) (*SubmitResult, error) {
 	if sub.simple() {
-		var res *SubmitResult
-		var err error
+		n, err := s.prepareNew(sub)
+		if err != nil {
+			return nil, err
+		}
 		if s.submits != nil {
-			var n *newSubmission
-			if n, err = s.prepareNew(sub); err == nil {
-				if err = s.submits.do(ctx, n); err == nil {
-					res = n.res
-				}
-			}
+			err = s.submits.do(ctx, n)
 		} else {
-			res, err = s.submitNew(ctx, sub)
+			err = s.execNew(ctx, n)
 		}
 		if !errors.Is(err, op.ErrConflict) {
-			return res, err
+			if err != nil {
+				return nil, err
+			}
+			return n.res, nil
 		}
 		// The event id or the key is known: a repeat, most often answered
-		// in two statements; otherwise the transaction decides.
-		if res, err = s.submitRepeat(ctx, sub); res != nil || err != nil {
+		// with one more statement (OperationSubmitNew read what it meets)
+		// or two; otherwise the transaction decides.
+		if res, err := s.submitRepeat(ctx, sub, n.found); res != nil || err != nil {
 			return res, err
 		}
 	}

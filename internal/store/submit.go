@@ -286,47 +286,43 @@ func (s Submission) simple() bool {
 		s.EntityVersion == nil && s.Guard == nil && s.Dedupe.Key == ""
 }
 
-// submitNew records a simple submission (see simple) whose event id and
-// key are both new, in one statement on the pool: the inbox row with its
-// decision, the operation, its first two events, its dispatch command and
-// the answer — what Tx.Submit writes for it in five statements and a
-// transaction. When the event id or the key is already known nothing is
-// written and the error wraps op.ErrConflict: the caller takes Tx.Submit,
-// which decides. The messages handed to OnOutbox and the answer describe
-// the operation as the statement creates it.
-func (s *Store) submitNew(ctx context.Context, sub Submission) (*SubmitResult, error) {
-	n, err := s.prepareNew(sub)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.execNew(ctx, n); err != nil {
-		return nil, err
-	}
-	return n.res, nil
+// repeatFound is what a repeated simple submission meets in the ledger:
+// the operation its event id names when the event id is known (seen, with
+// the first decision recorded for it), else the operation of its key.
+type repeatFound struct {
+	op                                           dbsqlc.Operation
+	seen                                         bool
+	firstDecision, firstReason, firstPayloadHash string
 }
 
-// submitRepeat answers a simple submission that submitNew wrote nothing
-// for (its event id or its key is known) in two statements on the pool
-// instead of a transaction of five: OperationRepeatLookup reads what it
-// repeats, knownEvent or knownKey decide as Tx.Submit would, and
-// InboxRecordRepeat records the decision with the answer. It returns nil
-// and no error when the transaction must decide: the event id is known
-// but names no operation, the operation can be reopened, or something
-// committed between the two statements.
-func (s *Store) submitRepeat(ctx context.Context, sub Submission) (*SubmitResult, error) {
+// submitRepeat answers a simple submission that OperationSubmitNew wrote
+// nothing for (its event id or its key is known) with one more statement
+// instead of a transaction of five: knownEvent or knownKey decide on what
+// the submission met (found, read by OperationSubmitNew; when nil, as
+// after a group statement, OperationRepeatLookup reads it) as Tx.Submit
+// would, and InboxRecordRepeat records the decision with the answer. It
+// returns nil and no error when the transaction must decide: the event id
+// is known but names no operation, the operation can be reopened, or
+// something committed between the statements.
+func (s *Store) submitRepeat(ctx context.Context, sub Submission, found *repeatFound) (*SubmitResult, error) {
 	sum := sha256.Sum256(sub.Payload)
 	payloadHash := hex.EncodeToString(sum[:])
-	row, err := s.q.OperationRepeatLookup(ctx, dbsqlc.OperationRepeatLookupParams{
-		Source: sub.Source, EventID: sub.EventID, IdempotencyKey: sub.Operation.IdempotencyKey})
-	if err = translate(err); isNotFound(err) {
-		return nil, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("submit %s/%s: repeat: %w", sub.Source, sub.EventID, err)
+	if found == nil {
+		s.repeatLookups.Add(1)
+		row, err := s.q.OperationRepeatLookup(ctx, dbsqlc.OperationRepeatLookupParams{
+			Source: sub.Source, EventID: sub.EventID, IdempotencyKey: sub.Operation.IdempotencyKey})
+		if err = translate(err); isNotFound(err) {
+			return nil, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("submit %s/%s: repeat: %w", sub.Source, sub.EventID, err)
+		}
+		found = &repeatFound{op: row.Operation, seen: row.Seen, firstDecision: row.FirstDecision,
+			firstReason: row.FirstReason, firstPayloadHash: row.FirstPayloadHash}
 	}
-	got := toOperation(row.Operation)
+	got := toOperation(found.op)
 	var res *SubmitResult
-	if row.Seen {
-		res = knownEvent(row.FirstDecision, row.FirstReason, row.FirstPayloadHash, payloadHash)
+	if found.seen {
+		res = knownEvent(found.firstDecision, found.firstReason, found.firstPayloadHash, payloadHash)
 		res.Operation = got
 	} else {
 		res = &SubmitResult{Operation: got}
@@ -348,7 +344,7 @@ func (s *Store) submitRepeat(ctx context.Context, sub Submission) (*SubmitResult
 	b.add(&rows, 0)
 	p := dbsqlc.InboxRecordRepeatParams{
 		Source: sub.Source, EventID: sub.EventID, PayloadHash: payloadHash, WorkflowID: sub.WorkflowID,
-		Decision: string(res.Decision), Reason: res.Reason, OperationID: &got.ID, Now: s.now(), Seen: row.Seen,
+		Decision: string(res.Decision), Reason: res.Reason, OperationID: &got.ID, Now: s.now(), Seen: found.seen,
 		BatchID: b.id,
 	}
 	p.BatchSubjects, p.BatchMsgIds, p.BatchHeaders, p.BatchPayloads, p.BatchOperationIds, p.BatchDelaySeconds = b.columns()
@@ -371,6 +367,27 @@ type newSubmission struct {
 	rows    outboxRows
 	res     *SubmitResult
 	created []byte // the create event's detail
+	// found is what OperationSubmitNew read when it wrote nothing (a
+	// repeat), nil otherwise.
+	found *repeatFound
+}
+
+// submittedOperation is the operation of an OperationSubmitNew row: the
+// one it created, or the one a repeat met.
+func submittedOperation(r dbsqlc.OperationSubmitNewRow) dbsqlc.Operation {
+	return dbsqlc.Operation{
+		ID: r.ID, WorkflowID: r.WorkflowID, RunID: r.RunID, Tool: r.Tool, ToolVersion: r.ToolVersion,
+		Intent: r.Intent, EntityType: r.EntityType, EntityID: r.EntityID, ArgsCanonical: r.ArgsCanonical,
+		ArgsHash: r.ArgsHash, SideEffectClass: r.SideEffectClass, IdempotencyKey: r.IdempotencyKey,
+		State: r.State, AttemptCount: r.AttemptCount, LeaseEpoch: r.LeaseEpoch,
+		ExternalRequestID: r.ExternalRequestID, ExternalObjectID: r.ExternalObjectID,
+		CompensatesOperationID: r.CompensatesOperationID, TraceID: r.TraceID,
+		LastErrorCategory: r.LastErrorCategory, LastError: r.LastError, CreatedAt: r.CreatedAt,
+		UpdatedAt: r.UpdatedAt, Version: r.Version, OriginEventID: r.OriginEventID, Generation: r.Generation,
+		GenerationStartedAt: r.GenerationStartedAt, GenerationAttemptBase: r.GenerationAttemptBase,
+		ProposedBy: r.ProposedBy, DedupeKey: r.DedupeKey, Tenant: r.Tenant,
+		CompensationOperationID: r.CompensationOperationID,
+	}
 }
 
 // prepareNew builds what submitNew writes for sub: the operation as it will
@@ -441,7 +458,12 @@ func (s *Store) execNew(ctx context.Context, n *newSubmission) error {
 	if err != nil {
 		return fmt.Errorf("submit %s/%s: %w", n.sub.Source, n.sub.EventID, translate(err))
 	}
-	n.res.Operation = toOperation(dbsqlc.Operation(row))
+	if !row.Written {
+		n.found = &repeatFound{op: submittedOperation(row), seen: row.Seen, firstDecision: row.FirstDecision,
+			firstReason: row.FirstReason, firstPayloadHash: row.FirstPayloadHash}
+		return n.repeat()
+	}
+	n.res.Operation = toOperation(submittedOperation(row))
 	s.handOff(b.due)
 	return nil
 }
