@@ -278,7 +278,7 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 }
 
 // simple reports whether s may take the one-statement path for a new
-// operation (submitNew): a valid intent whose operation is dispatched at
+// operation (execNew): a valid intent whose operation is dispatched at
 // once, with no rule beyond the key to apply (dedupe window, guard, key
 // depending on its entity's version).
 func (s Submission) simple() bool {
@@ -390,7 +390,7 @@ func submittedOperation(r dbsqlc.OperationSubmitNewRow) dbsqlc.Operation {
 	}
 }
 
-// prepareNew builds what submitNew writes for sub: the operation as it will
+// prepareNew builds what execNew writes for sub: the operation as it will
 // be created, its outbox rows (the dispatch command and the answer, whose
 // Answer sees the operation as created) and the statement's parameters.
 func (s *Store) prepareNew(sub Submission) (*newSubmission, error) {
