@@ -397,9 +397,9 @@ func (b *bench) throughput(ctx context.Context) error {
 		}
 	}
 	dataDir := b.dataDirectory(ctx)
-	cpu0 := sampleCPU(dataDir)
+	cpu0, group0 := sampleCPU(dataDir), b.d.Services.Store.GroupStats()
 	elapsed, err := benchRun(ctx, b.cl, wf, b.cfg.Ops, b.cfg.Concurrency)
-	cpu1 := sampleCPU(dataDir)
+	cpu1, group1 := sampleCPU(dataDir), b.d.Services.Store.GroupStats()
 	if b.cfg.CPUProfile != "" {
 		pprof.StopCPUProfile()
 	}
@@ -407,7 +407,7 @@ func (b *bench) throughput(ctx context.Context) error {
 		return err
 	}
 	t := &throughputReport{Ops: b.cfg.Ops, Seconds: elapsed.Seconds(), OpsPerSec: float64(b.cfg.Ops) / elapsed.Seconds(),
-		CPU: cpuCost(cpu0, cpu1, b.cfg.Ops)}
+		CPU: cpuCost(cpu0, cpu1, b.cfg.Ops), Group: groupCost(group0, group1)}
 	b.rep.Throughput, b.thr = t, t.OpsPerSec
 	fmt.Fprintf(b.out, "throughput: %d operations intent→completed_success in %s = %.0f ops/s (closed loop, %d publishes in flight)\n",
 		b.cfg.Ops, elapsed.Round(time.Millisecond), t.OpsPerSec, b.cfg.Concurrency)
@@ -422,6 +422,7 @@ func (b *bench) throughput(ctx context.Context) error {
 	}
 	t.Stages.print(b.out)
 	t.CPU.print(b.out, "  ")
+	fmt.Fprintf(b.out, "  %s\n", t.Group)
 	t.Cluster.print(b.out, "  ")
 	t.PGSS.print(b.out, "  ")
 	return nil

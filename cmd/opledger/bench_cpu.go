@@ -118,6 +118,31 @@ func procCPU(pid int) (time.Duration, int, error) {
 	return time.Duration(ticks) * clockTick, ppid, nil
 }
 
+// machineCPU reads, from /proc/stat, the CPU time all processes of the
+// machine have used (user, nice, system, irq, softirq) and the time of all
+// its CPUs (those plus idle, iowait and the time the hypervisor gave to
+// others, steal), summed over the CPUs.
+func machineCPU() (busy, total time.Duration, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	// cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("/proc/stat unreadable")
+	}
+	var v [8]int64
+	for i := range v {
+		if v[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat unreadable")
+		}
+	}
+	busyTicks := v[0] + v[1] + v[2] + v[5] + v[6]
+	return time.Duration(busyTicks) * clockTick, time.Duration(busyTicks+v[3]+v[4]+v[7]) * clockTick, nil
+}
+
 // cpuCost is what the run between two samples cost per operation.
 func cpuCost(before, after cpuSample, ops int) *cpuReport {
 	per := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(ops) }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/internal/benchkit"
+	"github.com/opledger/opledger/internal/store"
 )
 
 // benchReport is every figure of one bench run: what -json prints.
@@ -63,8 +64,34 @@ type throughputReport struct {
 	OpsPerSec float64            `json:"ops_per_sec"`
 	Stages    *stageReport       `json:"stages,omitempty"`
 	CPU       *cpuReport         `json:"cpu,omitempty"`
+	Group     *groupReport       `json:"group_commit,omitempty"`
 	Cluster   *clusterCostReport `json:"cluster,omitempty"`
 	PGSS      *pgssReport        `json:"pgss,omitempty"`
+}
+
+// groupReport is how many writes of each kind shared a group-commit
+// statement over a span of the run (store.GroupStats): each statement
+// costs Postgres about as much whatever its rows, so the fewer writes per
+// statement, the more each operation costs.
+type groupReport struct {
+	Submit  float64 `json:"submit_writes_per_statement"`
+	Claim   float64 `json:"claim_writes_per_statement"`
+	Outcome float64 `json:"outcome_writes_per_statement"`
+}
+
+func groupCost(before, after store.GroupStats) *groupReport {
+	per := func(b, a store.GroupCounts) float64 {
+		if a.Statements == b.Statements {
+			return 0
+		}
+		return float64(a.Writes-b.Writes) / float64(a.Statements-b.Statements)
+	}
+	return &groupReport{Submit: per(before.Submits, after.Submits), Claim: per(before.Claims, after.Claims),
+		Outcome: per(before.Outcomes, after.Outcomes)}
+}
+
+func (g *groupReport) String() string {
+	return fmt.Sprintf("writes per group statement: intents %.1f, claims %.1f, outcomes %.1f", g.Submit, g.Claim, g.Outcome)
 }
 
 // stageReport is where the throughput run's operations spent their time,

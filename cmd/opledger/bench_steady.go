@@ -57,6 +57,16 @@ type steadyInterval struct {
 	RSSBytes           int64       `json:"rss_bytes"`
 	Goroutines         int         `json:"goroutines"`
 	Tables             []tableStat `json:"tables"`
+	// CPU is the CPU time the interval cost per operation completed in it
+	// (absent when none completed); MachineBusy the share of all the
+	// machine's CPU time that any process used in it (absent when
+	// /proc/stat cannot be read). At a fixed rate a rising CPU per
+	// operation is work that grows with time; a machine near 100% busy
+	// has no room left for autovacuum's visits.
+	CPU         *cpuReport `json:"cpu,omitempty"`
+	MachineBusy *float64   `json:"machine_busy,omitempty"`
+	// Group is how many writes shared each group-commit statement.
+	Group *groupReport `json:"group_commit,omitempty"`
 }
 
 // steadyVerdict compares the mean of the last third of the intervals with
@@ -70,6 +80,12 @@ type steadyVerdict struct {
 	RSS      trend         `json:"rss_bytes"`
 	Backlog  trend         `json:"backlog"`
 	Tables   []tableTrends `json:"tables"`
+	// CPUPerOp (this process's and Postgres's, per operation completed)
+	// and MachineBusy are reported beside the verdict, not judged: they
+	// tell a run that fell behind because the machine had no CPU left
+	// from one whose work per operation grew.
+	CPUPerOp    *trend `json:"cpu_ms_per_op,omitempty"`
+	MachineBusy *trend `json:"machine_busy,omitempty"`
 }
 
 type trend struct {
@@ -167,6 +183,9 @@ func (b *bench) steady(ctx context.Context) error {
 		loopDone <- err
 	}()
 
+	dataDir := b.dataDirectory(ctx)
+	cpuPrev, groupPrev := sampleCPU(dataDir), b.d.Services.Store.GroupStats()
+	busyPrev, totalPrev, machErr := machineCPU()
 	end := start.Add(b.cfg.Duration)
 	prev := start
 	for prev.Before(end) {
@@ -198,6 +217,19 @@ func (b *bench) steady(ctx context.Context) error {
 		prev = now
 		if iv.Completed > 0 {
 			iv.OverheadP50, iv.OverheadP99 = iv.E2E.P50-s.Direct.P50, iv.E2E.P99-s.Direct.P99
+		}
+		cpuNow := sampleCPU(dataDir)
+		if iv.Completed > 0 {
+			iv.CPU = cpuCost(cpuPrev, cpuNow, iv.Completed)
+		}
+		cpuPrev = cpuNow
+		groupNow := b.d.Services.Store.GroupStats()
+		iv.Group = groupCost(groupPrev, groupNow)
+		groupPrev = groupNow
+		if busy, total, err := machineCPU(); err == nil && machErr == nil && total > totalPrev {
+			share := float64(busy-busyPrev) / float64(total-totalPrev)
+			iv.MachineBusy = &share
+			busyPrev, totalPrev = busy, total
 		}
 		if err := b.db.QueryRow(ctx, outboxQuery).Scan(&iv.OutboxUnsent); err != nil {
 			return fmt.Errorf("bench: steady: outbox: %w", err)
@@ -266,6 +298,23 @@ func (iv *steadyInterval) print(w io.Writer) {
 		time.Duration(iv.EndSeconds*float64(time.Second)).Round(time.Second), iv.OpsPerSec, iv.Completed, lat, iv.InFlight,
 		time.Duration(iv.OldestUnansweredMs*float64(time.Millisecond)).Round(time.Millisecond), iv.OutboxUnsent, iv.Unsettled,
 		bytesIEC(iv.HeapLiveBytes), bytesIEC(iv.RSSBytes), iv.Goroutines)
+	var cpu []string
+	if iv.CPU != nil {
+		c := fmt.Sprintf("CPU per operation %.3f ms in this process", iv.CPU.ProcessMsPerOp)
+		if iv.CPU.PostgresMsPerOp != nil {
+			c += fmt.Sprintf(", %.3f ms in Postgres", *iv.CPU.PostgresMsPerOp)
+		}
+		cpu = append(cpu, c)
+	}
+	if iv.MachineBusy != nil {
+		cpu = append(cpu, fmt.Sprintf("the machine's CPUs %.0f%% busy", 100**iv.MachineBusy))
+	}
+	if iv.Group != nil {
+		cpu = append(cpu, iv.Group.String())
+	}
+	if len(cpu) > 0 {
+		fmt.Fprintf(w, "           %s\n", strings.Join(cpu, "; "))
+	}
 	printTables(w, "           ", iv.Tables)
 }
 
@@ -368,8 +417,25 @@ func verdict(s *steadyReport) steadyVerdict {
 		rss = append(rss, float64(iv.RSSBytes))
 		backlog = append(backlog, float64(iv.InFlight)+float64(iv.OutboxUnsent))
 	}
+	var cpu, busy []float64
+	for _, iv := range s.Intervals {
+		if iv.CPU != nil && iv.CPU.PostgresMsPerOp != nil {
+			cpu = append(cpu, iv.CPU.ProcessMsPerOp+*iv.CPU.PostgresMsPerOp)
+		}
+		if iv.MachineBusy != nil {
+			busy = append(busy, *iv.MachineBusy)
+		}
+	}
 	v := steadyVerdict{P99: mkTrend(p99, flatP99Ratio, flatP99SlackMs), HeapLive: mkTrend(heap, flatMemRatio, flatMemSlack),
 		RSS: mkTrend(rss, flatMemRatio, flatMemSlack), Backlog: mkTrend(backlog, flatBacklogRatio, s.Rate*flatBacklogSlack)}
+	if len(cpu) > 0 {
+		t := mkTrend(cpu, 1, 0)
+		v.CPUPerOp = &t
+	}
+	if len(busy) > 0 {
+		t := mkTrend(busy, 1, 0)
+		v.MachineBusy = &t
+	}
 	for _, f := range []struct {
 		name string
 		ok   bool
@@ -438,6 +504,12 @@ func (v *steadyVerdict) print(w io.Writer, s *steadyReport) {
 	fmt.Fprintf(w, "  Go heap (live) %s → %s: %s; RSS %s → %s: %s\n", bytesIEC(int64(v.HeapLive.First)), bytesIEC(int64(v.HeapLive.Last)), word(v.HeapLive),
 		bytesIEC(int64(v.RSS.First)), bytesIEC(int64(v.RSS.Last)), word(v.RSS))
 	fmt.Fprintf(w, "  backlog (in flight + outbox unsent) %.0f → %.0f: %s\n", v.Backlog.First, v.Backlog.Last, word(v.Backlog))
+	if v.CPUPerOp != nil {
+		fmt.Fprintf(w, "  CPU per operation, this process and Postgres, %.3f → %.3f ms (not judged)\n", v.CPUPerOp.First, v.CPUPerOp.Last)
+	}
+	if v.MachineBusy != nil {
+		fmt.Fprintf(w, "  the machine's CPUs busy %.0f%% → %.0f%% (not judged)\n", 100*v.MachineBusy.First, 100*v.MachineBusy.Last)
+	}
 	for _, t := range v.Tables {
 		what := "size per live row"
 		switch {

@@ -54,6 +54,12 @@ func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 	require.Positive(t, rep.Throughput.Cluster.WriteTransactionsPerOp)
 	require.Positive(t, rep.Throughput.Cluster.WALBytesPerOp)
 	require.NotNil(t, rep.Throughput.Stages)
+	// Each of the 40 operations was written by some statement of each kind.
+	g := rep.Throughput.Group
+	require.NotNil(t, g)
+	for _, per := range []float64{g.Submit, g.Claim, g.Outcome} {
+		require.GreaterOrEqual(t, per, 1.0, "writes per group statement")
+	}
 	require.Positive(t, rep.Postgres.CommitsPerSec)
 	require.Positive(t, rep.Ratio)
 	require.Len(t, rep.Latency, 2, "at -rate and at 80%% of the throughput")
@@ -143,10 +149,19 @@ func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 		completed += iv.Completed
 		require.Len(t, iv.Tables, len(hotTables))
 		require.Positive(t, iv.RSSBytes)
+		if iv.Completed > 0 {
+			require.NotNil(t, iv.CPU, "an interval that completed operations says what they cost")
+			require.Positive(t, iv.CPU.ProcessMsPerOp)
+		}
+		require.NotNil(t, iv.Group)
+		require.NotNil(t, iv.MachineBusy, "/proc/stat is read on Linux")
+		require.InDelta(t, 0.5, *iv.MachineBusy, 0.5, "a share of the machine's CPU time")
 	}
 	require.Positive(t, completed)
 	require.NotEmpty(t, s.Verdict.Tables)
+	require.NotNil(t, s.Verdict.MachineBusy)
 	require.Contains(t, text2, "steady")
+	require.Contains(t, text2, "the machine's CPUs")
 
 	for _, r := range []*benchReport{rep, rep2} {
 		var intents, notNew, repeats int
