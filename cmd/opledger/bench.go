@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -150,7 +151,7 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	fs.DurationVar(&cfg.Interval, "interval", time.Minute, "steady mode: report every interval")
 	fs.BoolVar(&cfg.PGSS, "pgss", false, "pg_stat_statements figures per operation (a private cluster preloads the extension)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print every figure as one JSON document on stdout (the text report goes to stderr)")
-	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run to this file")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run (steady mode: of the steady run) to this file")
 	fs.StringVar(&cfg.MemProfile, "memprofile", "", "write a heap profile of the bench process at the end to this file (steady mode: FILE.N at the end of every interval N)")
 	fs.BoolVar(&f.cfg.Infra.Durable, "durable", true, "private cluster keeps fsync on (as in production)")
 	fs.IntVar(&sc.Dispatchers, "dispatchers", 3, "dispatcher instances")
@@ -377,6 +378,29 @@ func (b *bench) finish(out io.Writer, started time.Time) error {
 // throughput runs the closed loop: -ops intents, -concurrency publishes in
 // flight, until every one has its completed_success result; with what each
 // operation cost Postgres.
+// startCPUProfile starts the CPU profile -cpuprofile asks for, if any;
+// stop ends it and may be called more than once.
+func (b *bench) startCPUProfile() (stop func(), err error) {
+	if b.cfg.CPUProfile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(b.cfg.CPUProfile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}, nil
+}
+
 func (b *bench) throughput(ctx context.Context) error {
 	wf := b.wf("thr")
 	before, err := b.clusterCounters(ctx)
@@ -386,23 +410,16 @@ func (b *bench) throughput(ctx context.Context) error {
 	if err := b.resetPGSS(ctx); err != nil {
 		return err
 	}
-	if b.cfg.CPUProfile != "" {
-		f, err := os.Create(b.cfg.CPUProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
+	stopProfile, err := b.startCPUProfile()
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	dataDir := b.dataDirectory(ctx)
 	cpu0, group0 := sampleCPU(dataDir), b.d.Services.Store.GroupStats()
 	elapsed, err := benchRun(ctx, b.cl, wf, b.cfg.Ops, b.cfg.Concurrency)
 	cpu1, group1 := sampleCPU(dataDir), b.d.Services.Store.GroupStats()
-	if b.cfg.CPUProfile != "" {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	if err != nil {
 		return err
 	}

@@ -183,6 +183,11 @@ func (b *bench) steady(ctx context.Context) error {
 		loopDone <- err
 	}()
 
+	stopProfile, err := b.startCPUProfile()
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	dataDir := b.dataDirectory(ctx)
 	cpuPrev, groupPrev := sampleCPU(dataDir), b.d.Services.Store.GroupStats()
 	busyPrev, totalPrev, machErr := machineCPU()
