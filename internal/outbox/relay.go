@@ -73,8 +73,8 @@ type Config struct {
 	// (Handoff.Take): the relay publishes them as they come.
 	Handoff <-chan []store.Message
 	// DeleteEvery spaces the statements that delete the rows of handed-off
-	// messages JetStream acknowledged (default 20ms): what is acknowledged
-	// meanwhile waits for the next one. At a moderate load each message
+	// messages JetStream acknowledged (default DefaultDeleteEvery): what
+	// is acknowledged meanwhile waits for the next one. At a moderate load each message
 	// would otherwise cost a statement and a commit of its own; a row not
 	// yet deleted when the process dies is published again, under its
 	// Nats-Msg-Id, once its grace has passed.
@@ -113,9 +113,17 @@ func (c *Config) setDefaults() {
 		c.ProbeTimeout = time.Second
 	}
 	if c.DeleteEvery <= 0 {
-		c.DeleteEvery = 20 * time.Millisecond
+		c.DeleteEvery = DefaultDeleteEvery
 	}
 }
+
+// DefaultDeleteEvery is Config.DeleteEvery's default. It is well inside the
+// hand-off grace (store.DefaultHandoffGrace), so that the rows of published
+// messages are gone long before another relay may claim them. Measured
+// (docs/architecture.md): against 20ms, a fifth fewer statements per
+// operation at 100 ops/s and 4-7% less Postgres CPU per operation at
+// 300 ops/s, with the same latency.
+const DefaultDeleteEvery = 200 * time.Millisecond
 
 // Relay moves outbox rows to JetStream.
 type Relay struct {

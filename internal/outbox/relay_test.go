@@ -328,6 +328,16 @@ func TestHandedOffDeletesAreSpaced(t *testing.T) {
 	require.Zero(t, h.Missed())
 }
 
+// The default spacing of the deletes leaves the rows of published messages
+// long gone before their hand-off grace lets another relay claim them (and
+// publish them again).
+//
+// Breaking it: a DefaultDeleteEvery of a second or more.
+func TestDefaultDeleteSpacingIsWellInsideTheGrace(t *testing.T) {
+	require.Positive(t, outbox.DefaultDeleteEvery)
+	require.LessOrEqual(t, 4*outbox.DefaultDeleteEvery, store.DefaultHandoffGrace)
+}
+
 // A message handed to no relay (the process's relays are busy, or it dies
 // with the hand-off in memory) is still published, by a claim, but only
 // once its hand-off grace has passed on the database's clock: before that
