@@ -375,9 +375,6 @@ func (b *bench) finish(out io.Writer, started time.Time) error {
 	return enc.Encode(b.rep)
 }
 
-// throughput runs the closed loop: -ops intents, -concurrency publishes in
-// flight, until every one has its completed_success result; with what each
-// operation cost Postgres.
 // startCPUProfile starts the CPU profile -cpuprofile asks for, if any;
 // stop ends it and may be called more than once.
 func (b *bench) startCPUProfile() (stop func(), err error) {
@@ -401,6 +398,9 @@ func (b *bench) startCPUProfile() (stop func(), err error) {
 	}, nil
 }
 
+// throughput runs the closed loop: -ops intents, -concurrency publishes in
+// flight, until every one has its completed_success result; with what each
+// operation cost Postgres.
 func (b *bench) throughput(ctx context.Context) error {
 	wf := b.wf("thr")
 	before, err := b.clusterCounters(ctx)

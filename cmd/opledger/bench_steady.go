@@ -145,6 +145,15 @@ func (b *bench) steady(ctx context.Context) error {
 		pending = map[int]time.Time{}
 		pubErr  error
 	)
+	// What the run costs is sampled from its start, as each interval ends.
+	stopProfile, err := b.startCPUProfile()
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
+	dataDir := b.dataDirectory(ctx)
+	cpuPrev, groupPrev := sampleCPU(dataDir), b.d.Services.Store.GroupStats()
+	busyPrev, totalPrev, machErr := machineCPU()
 	sched := benchkit.Schedule(b.cfg.Arrivals, rate, b.cfg.Duration, uint64(time.Now().UnixNano()))
 	loopDone := make(chan error, 1)
 	start := time.Now()
@@ -183,14 +192,6 @@ func (b *bench) steady(ctx context.Context) error {
 		loopDone <- err
 	}()
 
-	stopProfile, err := b.startCPUProfile()
-	if err != nil {
-		return err
-	}
-	defer stopProfile()
-	dataDir := b.dataDirectory(ctx)
-	cpuPrev, groupPrev := sampleCPU(dataDir), b.d.Services.Store.GroupStats()
-	busyPrev, totalPrev, machErr := machineCPU()
 	end := start.Add(b.cfg.Duration)
 	prev := start
 	for prev.Before(end) {

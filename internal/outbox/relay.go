@@ -74,10 +74,10 @@ type Config struct {
 	Handoff <-chan []store.Message
 	// DeleteEvery spaces the statements that delete the rows of handed-off
 	// messages JetStream acknowledged (default DefaultDeleteEvery): what
-	// is acknowledged meanwhile waits for the next one. At a moderate load each message
-	// would otherwise cost a statement and a commit of its own; a row not
-	// yet deleted when the process dies is published again, under its
-	// Nats-Msg-Id, once its grace has passed.
+	// is acknowledged meanwhile waits for the next one. At a moderate load
+	// each message would otherwise cost a statement and a commit of its
+	// own; a row not yet deleted when the process dies is published again,
+	// under its Nats-Msg-Id, once its grace has passed.
 	DeleteEvery time.Duration
 	// Subjects, when set, are the subject prefixes this relay publishes:
 	// those its NATS user may (a service's own, app.PublishPrefixes). It
