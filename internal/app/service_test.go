@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +33,22 @@ func freePort(t *testing.T) int {
 	require.NoError(t, err)
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// refusedPort is a loopback port that refuses every connection for the
+// whole test: a socket bound to it that never listens holds it, so no
+// other test's server (a NATS server in a package running beside this one
+// took a port freePort had handed out, and the Postgres client read its
+// INFO line) can take it in the meantime.
+func refusedPort(t *testing.T) int {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { syscall.Close(fd) })
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	return sa.(*syscall.SockaddrInet4).Port
 }
 
 // env is a service's environment: vars, and every vendor of the example
@@ -88,8 +105,8 @@ func TestServiceAnswersWhileWaitingForDependencies(t *testing.T) {
 	// a service for its healthcheck.
 	cfg, err := app.ParseServiceFlags(app.PlannerIngest, []string{"-log", "disabled", "-http", httpAddr, "-connect-timeout", "4s", "-http-open-loopback"},
 		env(map[string]string{
-			"DATABASE_URL": fmt.Sprintf("postgres://opledger:secret@127.0.0.1:%d/opledger?sslmode=disable", freePort(t)),
-			"NATS_URL":     fmt.Sprintf("nats://127.0.0.1:%d", freePort(t)),
+			"DATABASE_URL": fmt.Sprintf("postgres://opledger:secret@127.0.0.1:%d/opledger?sslmode=disable", refusedPort(t)),
+			"NATS_URL":     fmt.Sprintf("nats://127.0.0.1:%d", refusedPort(t)),
 		}), io.Discard)
 	require.NoError(t, err)
 	done := make(chan error, 1)
