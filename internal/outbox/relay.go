@@ -7,6 +7,8 @@
 //     one of that process's relays in memory (Handoff), which publishes them
 //     at once and deletes their rows in batches. Nothing is claimed or
 //     marked, and the writer's commit is the only wait on the way to NATS.
+//     A repeat's answer is also handed off ahead of its commit
+//     (store.Message.Ahead): published, and nothing deleted for it.
 //   - claimed: a relay polls for due rows nobody published — rows whose
 //     hand-off grace has passed (their process died, or its relays fell
 //     behind), delayed retries, rows written by a process without relays —
@@ -231,6 +233,11 @@ func (r *Relay) runHandoff(ctx context.Context) {
 				failed = cmp.Or(failed, err)
 			} else {
 				ok++
+			}
+			if m.Ahead {
+				// Sent ahead of its row's commit: the row is handed off
+				// (and deleted) after it.
+				continue
 			}
 			if m.Batch == "" {
 				if err == nil {

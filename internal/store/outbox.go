@@ -28,6 +28,12 @@ type Message struct {
 	// with the other messages due at once of its statement; "" for a row of
 	// outbox. Set by the store on the messages it hands off.
 	Batch string
+	// Ahead marks a copy handed off before its row commits (a repeat's
+	// answer, Store.Submit): the relay publishes it and deletes nothing.
+	// The row, written with the decision, is handed off again after its
+	// commit under the same msg id, and JetStream's duplicate window
+	// stores the message once.
+	Ahead bool
 }
 
 // Claimed is an outbox row claimed by a relay.

@@ -70,7 +70,10 @@ type Submission struct {
 	Outbox func(o *op.Operation) []Message
 	// Answer, when set, is called once the decision is known; the messages
 	// it returns (the answer to the sender) are written in the same
-	// transaction, whatever the decision.
+	// transaction, whatever the decision. A simple submission's repeat
+	// also hands them to the relay ahead of the statement that records it
+	// (Message.Ahead); when its event id is new to the inbox, their msg ids
+	// are then made from the event id (firstAnswers).
 	Answer func(*SubmitResult) []Message
 	Actor  string
 }
@@ -265,7 +268,14 @@ func (t *Tx) Submit(ctx context.Context, s Submission) (*SubmitResult, error) {
 		}
 	}
 	if s.Answer != nil {
-		if err := rows.add(s.Answer(res)); err != nil {
+		msgs := s.Answer(res)
+		if row.Duplicate && res.Decision != op.DecisionReopened && s.simple() {
+			// The decision Store.Submit's repeat sends ahead: the same
+			// msg ids, should a copy of this intent have sent its answer
+			// ahead meanwhile.
+			msgs = firstAnswers(msgs, s.Source, s.EventID)
+		}
+		if err := rows.add(msgs); err != nil {
 			return nil, err
 		}
 	}
@@ -332,7 +342,11 @@ func (s *Store) submitRepeat(ctx context.Context, sub Submission, found *repeatF
 	}
 	rows := outboxRows{grace: s.handoff, batched: true}
 	if sub.Answer != nil {
-		if err := rows.add(sub.Answer(res)); err != nil {
+		msgs := sub.Answer(res)
+		if !found.seen {
+			msgs = firstAnswers(msgs, sub.Source, sub.EventID)
+		}
+		if err := rows.add(msgs); err != nil {
 			return nil, err
 		}
 	}
@@ -342,6 +356,20 @@ func (s *Store) submitRepeat(ctx context.Context, sub Submission, found *repeatF
 	}
 	b := newBatch(s.handoff)
 	b.add(&rows, 0)
+	// The answer goes out now, ahead of the statement that records it: the
+	// decision is the one the read found, and the agent need not wait for
+	// a commit that changes nothing but the inbox. The same message, under
+	// the same msg id, is written with the record and handed off after its
+	// commit, so that it is sent even if this copy is lost. Should the
+	// record find the event id arrived meanwhile (a copy of the same intent
+	// racing this one), the transaction decides and answers again, and the
+	// copy's answer sent ahead had the same msg id (firstAnswers).
+	ahead := make([]Message, len(rows.due))
+	for i, m := range rows.due {
+		m.Ahead = true
+		ahead[i] = m
+	}
+	s.handOff(ahead)
 	p := dbsqlc.InboxRecordRepeatParams{
 		Source: sub.Source, EventID: sub.EventID, PayloadHash: payloadHash, WorkflowID: sub.WorkflowID,
 		Decision: string(res.Decision), Reason: res.Reason, OperationID: &got.ID, Now: s.now(), Seen: found.seen,
@@ -357,6 +385,28 @@ func (s *Store) submitRepeat(ctx context.Context, sub Submission, found *repeatF
 	}
 	s.handOff(b.due)
 	return res, nil
+}
+
+// firstAnswers gives the answers recorded with an event id's first inbox
+// row, when a repeat sends them ahead of that record, msg ids made from the
+// event id: two copies of one intent racing each other (a redelivery
+// without Nats-Msg-Id) both send theirs ahead, and only one records its
+// decision; the other's record finds the event id known and the
+// transaction answers it as a redelivery. Under one msg id, JetStream's
+// duplicate window keeps one of the two answers sent ahead, and the agent
+// reads what the ledger recorded: one duplicate_operation, one
+// duplicate_event. Tx.Submit gives the same decision the same msg ids. An
+// event id's first record is never deleted (retention takes rejected
+// events only), so the ids are unique in the outbox. The answers are
+// copies, msgs is not changed.
+func firstAnswers(msgs []Message, source, eventID string) []Message {
+	out := make([]Message, len(msgs))
+	for i, m := range msgs {
+		sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", source, eventID, i))
+		m.MsgID = "answer_" + hex.EncodeToString(sum[:20])
+		out[i] = m
+	}
+	return out
 }
 
 // newSubmission is a simple submission made ready for OperationSubmitNew
