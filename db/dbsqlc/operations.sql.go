@@ -322,6 +322,7 @@ func (q *Queries) OperationListByWorkflow(ctx context.Context, workflowID string
 const operationListDispatchedUnclaimed = `-- name: OperationListDispatchedUnclaimed :many
 SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity_type, o.entity_id, o.args_canonical, o.args_hash, o.side_effect_class, o.idempotency_key, o.state, o.attempt_count, o.lease_epoch, o.external_request_id, o.external_object_id, o.compensates_operation_id, o.trace_id, o.last_error_category, o.last_error, o.created_at, o.updated_at, o.version, o.origin_event_id, o.generation, o.generation_started_at, o.generation_attempt_base, o.proposed_by, o.dedupe_key, o.tenant, o.compensation_operation_id FROM operations o
 WHERE operation_unsettled(o.state) AND o.state = 'dispatched'
+  AND o.updated_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
   AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch
                   AND a.finished_at IS NULL)
   AND coalesce((SELECT max(a.deadline_at) FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch),
@@ -346,7 +347,13 @@ type OperationListDispatchedUnclaimedParams struct {
 // every operation in dispatched past its attempt's deadline, whatever its
 // attempts say. operation_unsettled(o.state) is operations_unsettled_idx's
 // predicate: the index holds only operations that have not settled, so
-// this reads the work in flight, not the ledger.
+// this reads the work in flight, not the ledger. The bound on updated_at
+// adds nothing the deadline test does not imply (an operation enters
+// dispatched with the attempt of that epoch, started at its updated_at and
+// due after it, and no event keeps it in dispatched), but it lets the scan
+// of the index, which is in updated_at order, stop at the cutoff: the
+// newest part of the index, where the claims and outcomes leave their
+// entries until vacuum, is not read.
 func (q *Queries) OperationListDispatchedUnclaimed(ctx context.Context, arg OperationListDispatchedUnclaimedParams) ([]Operation, error) {
 	rows, err := q.db.Query(ctx, operationListDispatchedUnclaimed, arg.Now, arg.GraceSeconds, arg.MaxRows)
 	if err != nil {

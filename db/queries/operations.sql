@@ -204,9 +204,16 @@ LIMIT @max_rows;
 -- every operation in dispatched past its attempt's deadline, whatever its
 -- attempts say. operation_unsettled(o.state) is operations_unsettled_idx's
 -- predicate: the index holds only operations that have not settled, so
--- this reads the work in flight, not the ledger.
+-- this reads the work in flight, not the ledger. The bound on updated_at
+-- adds nothing the deadline test does not imply (an operation enters
+-- dispatched with the attempt of that epoch, started at its updated_at and
+-- due after it, and no event keeps it in dispatched), but it lets the scan
+-- of the index, which is in updated_at order, stop at the cutoff: the
+-- newest part of the index, where the claims and outcomes leave their
+-- entries until vacuum, is not read.
 SELECT o.* FROM operations o
 WHERE operation_unsettled(o.state) AND o.state = 'dispatched'
+  AND o.updated_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @grace_seconds::float8)
   AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch
                   AND a.finished_at IS NULL)
   AND coalesce((SELECT max(a.deadline_at) FROM attempts a WHERE a.operation_id = o.id AND a.lease_epoch = o.lease_epoch),

@@ -95,8 +95,13 @@ func genericPlan(t *testing.T, conn *pgxpool.Conn, name string) map[string]any {
 // read operations through operations_unsettled_idx, not a sequential scan
 // nor a full scan of another index (both of which grow with the ledger).
 //
+// The sweeper's stranded scan reads the index only up to its cutoff: the
+// newest entries, those the claims and outcomes leave until vacuum, took
+// 15-146 ms a pass at 1,000 ops/s.
+//
 // Breaking it: drop operations_unsettled_idx (migration 0019), or filter
-// the sweeper's query on a state the index's predicate does not cover.
+// the sweeper's query on a state the index's predicate does not cover;
+// drop the bound on updated_at from OperationListDispatchedUnclaimed.
 func TestMaintenanceScansReadOnlyUnsettledOperations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -120,6 +125,10 @@ func TestMaintenanceScansReadOnlyUnsettledOperations(t *testing.T) {
 		for _, s := range scans {
 			require.Equal(t, []any{"operations_unsettled_idx"}, indexesOf(s),
 				"%s reads operations by a %v: it grows with the ledger", name, s["Node Type"])
+			if name == "OperationListDispatchedUnclaimed" {
+				cond, _ := s["Index Cond"].(string)
+				require.Contains(t, cond, "updated_at", "%s reads the index past its cutoff: %v", name, s)
+			}
 		}
 	}
 }
