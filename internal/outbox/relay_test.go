@@ -508,3 +508,37 @@ func TestBatchNATSRefusesIsSplit(t *testing.T) {
 	require.Equal(t, "split-huge", parked[0].MsgID)
 	require.Equal(t, 1, b.published.snapshot()["split-good"], "the good message is not published again")
 }
+
+// A copy handed off ahead of its row's commit (store.Message.Ahead, a
+// repeat's answer) is published, and nothing is deleted for it: the row
+// written with the decision goes its own way (its hand-off after the
+// commit, or a claim), whatever the copy ahead did. Here the row is
+// already there, unsent and not handed off, with the copy's msg id.
+//
+// Breaking it: treating the copy like any handed-off message deletes the
+// row by its msg id once JetStream has the copy.
+func TestAheadCopiesDeleteNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pipetest.Options{})
+	h := outbox.NewHandoff()
+	b.startAfterFirstPass(t, outbox.Config{ID: "local", PollInterval: time.Minute, DeleteEvery: time.Millisecond, Handoff: h.Take()})
+
+	ids := b.enqueue(t, "row", 1)
+	h.Give([]store.Message{{Subject: testSubject(ids[0]), MsgID: ids[0], Payload: []byte(ids[0]), Ahead: true}})
+	// An ordinary hand-off after it, whose delete runs after the copy's
+	// would have: once its row is gone, the relay has done its deletes.
+	st := b.openStore(t, h, nil)
+	b.enqueueVia(t, st, "after-0000")
+	require.Eventually(t, func() bool {
+		p := b.published.snapshot()
+		return p[ids[0]] == 1 && p["after-0000"] == 1
+	}, 5*time.Second, 5*time.Millisecond, "both are published")
+	require.Eventually(t, func() bool {
+		var n int
+		err := b.DB.QueryRow(b.Ctx, `SELECT count(*) FROM outbox WHERE msg_id = 'after-0000'`).Scan(&n)
+		return err == nil && n == 0
+	}, 5*time.Second, 5*time.Millisecond, "the ordinary hand-off's row is deleted")
+	unsent, err := b.Store.OutboxUnsent(b.Ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, unsent, "the row of the copy sent ahead is still there, for its own way")
+}
