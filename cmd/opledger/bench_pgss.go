@@ -179,6 +179,16 @@ func (p *pgssReport) print(w io.Writer, indent string) {
 	}
 }
 
+// printShort is print for a steady interval: the figures per operation
+// and the top statements by execution time per operation.
+func (p *pgssReport) printShort(w io.Writer, indent string, top int) {
+	fmt.Fprintf(w, "%spg_stat_statements per operation: %.2f statements, %.1f rows, %.3f ms execution, %.1f WAL records, %s WAL\n",
+		indent, p.StatementsPerOp, p.RowsPerOp, p.ExecMsPerOp, p.WALRecordsPerOp, bytesIEC(int64(p.WALBytesPerOp)))
+	for _, s := range p.Top[:min(top, len(p.Top))] {
+		fmt.Fprintf(w, "%s  %.2f calls/op, %.3f ms/op (mean %.3f ms), %.2f rows/op  %s\n", indent, s.CallsPerOp, s.MsPerOp, s.MeanMs, s.RowsPerOp, clip(s.Query, 90))
+	}
+}
+
 func clip(s string, n int) string {
 	if len(s) <= n {
 		return s

@@ -69,6 +69,11 @@ type steadyInterval struct {
 	MachineBusy *float64   `json:"machine_busy,omitempty"`
 	// Group is how many writes shared each group-commit statement.
 	Group *groupReport `json:"group_commit,omitempty"`
+	// PGSS is what pg_stat_statements counted in this interval, per
+	// operation completed in it (-pgss): at a fixed rate, statements or
+	// execution time per operation that rise are work that grows with
+	// time or with the tables.
+	PGSS *pgssReport `json:"pgss,omitempty"`
 }
 
 // steadyVerdict compares the mean of the last third of the intervals with
@@ -154,6 +159,9 @@ func (b *bench) steady(ctx context.Context) error {
 	}
 	defer stopProfile()
 	dataDir := b.dataDirectory(ctx)
+	if err := b.resetPGSS(ctx); err != nil {
+		return err
+	}
 	cpuPrev, groupPrev := sampleCPU(dataDir), b.d.Services.Store.GroupStats()
 	busyPrev, totalPrev, machErr := machineCPU()
 	sched := benchkit.Schedule(b.cfg.Arrivals, rate, b.cfg.Duration, uint64(time.Now().UnixNano()))
@@ -263,6 +271,16 @@ func (b *bench) steady(ctx context.Context) error {
 				return err
 			}
 		}
+		if iv.Completed > 0 {
+			// What the statements above cost is the bench's own
+			// (benchTag), left out of the count.
+			if iv.PGSS, err = b.snapshotPGSS(ctx, iv.Completed); err != nil {
+				return err
+			}
+		}
+		if err := b.resetPGSS(ctx); err != nil {
+			return err
+		}
 		if iv.Tables, err = b.tableStats(ctx, hotTables); err != nil {
 			return err
 		}
@@ -329,6 +347,9 @@ func (iv *steadyInterval) print(w io.Writer) {
 	}
 	if len(cpu) > 0 {
 		fmt.Fprintf(w, "           %s\n", strings.Join(cpu, "; "))
+	}
+	if iv.PGSS != nil {
+		iv.PGSS.printShort(w, "           ", 3)
 	}
 	printTables(w, "           ", iv.Tables)
 }

@@ -235,3 +235,39 @@ func TestBenchPGSS(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, st.Size())
 }
+
+// A steady run with -pgss says, each interval, what the statements of the
+// operations it completed cost: the bench's own reads are not counted.
+func TestBenchSteadyPGSS(t *testing.T) {
+	t.Parallel()
+	if _, err := pglocal.BinDir(); errors.Is(err, pglocal.ErrBinariesNotFound) {
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	rep, text := runBenchJSON(t, map[string]string{}, "-pgss", "-durable=false", "-duration", "1500ms", "-interval", "500ms", "-rate", "60",
+		"-latency-duration", "300ms", "-warmup", "5", "-json")
+	require.Empty(t, rep.PGSSNote, text)
+	s := rep.Steady
+	require.NotNil(t, s, text)
+	counted := 0
+	for _, iv := range s.Intervals {
+		if iv.Completed == 0 {
+			require.Nil(t, iv.PGSS)
+			continue
+		}
+		p := iv.PGSS
+		require.NotNil(t, p, text)
+		counted++
+		require.Equal(t, iv.Completed, p.Ops)
+		require.Positive(t, p.StatementsPerOp)
+		require.Positive(t, p.ExecMsPerOp)
+		require.Positive(t, p.WALRecordsPerOp)
+		for _, st := range p.Top {
+			require.NotContains(t, st.Query, strings.TrimSpace(benchTag), "the bench's own statements are not counted")
+		}
+	}
+	require.Positive(t, counted, text)
+	require.Contains(t, text, "pg_stat_statements per operation")
+}
