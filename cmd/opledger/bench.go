@@ -40,6 +40,7 @@ type benchConfig struct {
 	PreloadChunk    int
 	Duration        time.Duration
 	Interval        time.Duration
+	Drain           time.Duration
 	PGSS            bool
 	JSON            bool
 	CPUProfile      string
@@ -149,6 +150,7 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	fs.IntVar(&cfg.PreloadChunk, "preload-chunk", 20000, "operations per preload transaction")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "steady mode: run at -rate for this long instead of the default measurements")
 	fs.DurationVar(&cfg.Interval, "interval", time.Minute, "steady mode: report every interval")
+	fs.DurationVar(&cfg.Drain, "drain", drainTimeout, "how long an open-loop run waits for answers after its last arrival; one still without an answer then is lost to the bench")
 	fs.BoolVar(&cfg.PGSS, "pgss", false, "pg_stat_statements figures per operation (a private cluster preloads the extension)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print every figure as one JSON document on stdout (the text report goes to stderr)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run (steady mode: of the steady run) to this file")
@@ -313,6 +315,8 @@ func (c *benchConfig) validate() error {
 		return fmt.Errorf("-high-load may not be negative")
 	case c.Duration < 0 || (c.Duration > 0 && c.Interval <= 0):
 		return fmt.Errorf("-duration may not be negative, and -interval must be positive")
+	case c.Drain <= 0:
+		return fmt.Errorf("-drain must be positive")
 	}
 	return nil
 }

@@ -14,8 +14,9 @@ import (
 	"github.com/opledger/opledger/pkg/wire"
 )
 
-// drainTimeout is how long an open-loop run waits, after its last arrival,
-// for the answers still missing; those that do not come are counted lost.
+// drainTimeout is -drain's default: how long an open-loop run waits, after
+// its last arrival, for the answers still missing; those that do not come
+// are counted lost.
 const drainTimeout = 30 * time.Second
 
 // answer is a result an arrival waits for.
@@ -100,7 +101,7 @@ type loopResult struct {
 	// lat holds, per dedupe decision awaited, the latencies from each
 	// arrival's due time to its answer.
 	lat     map[op.Decision][]time.Duration
-	lost    int // no answer within drainTimeout of the last arrival
+	lost    int // no answer within -drain of the last arrival
 	failed  int // answered otherwise (another final state, another decision)
 	maxLate time.Duration
 	// done are the arrivals answered as expected, in no order.
@@ -115,7 +116,7 @@ func (b *bench) pipelineLoop(ctx context.Context, wf string, sched []time.Durati
 	if len(sched) > 0 {
 		last = sched[len(sched)-1]
 	}
-	ctx, cancel := context.WithTimeout(ctx, last+drainTimeout)
+	ctx, cancel := context.WithTimeout(ctx, last+b.cfg.Drain)
 	defer cancel()
 	a, err := b.watch(ctx, wf)
 	if err != nil {

@@ -169,7 +169,7 @@ func (r *latencyReport) print(w io.Writer, note string) {
 func (r *latencyReport) trouble() string {
 	s := ""
 	if r.Lost > 0 || r.Failed > 0 {
-		s += fmt.Sprintf("  (%d without an answer within %s, %d answered otherwise)", r.Lost, drainTimeout, r.Failed)
+		s += fmt.Sprintf("  (%d without an answer within -drain of the last arrival, %d answered otherwise)", r.Lost, r.Failed)
 	}
 	if late := max(r.MaxLateMs, r.DirectMaxLateMs); late > 5 {
 		s += fmt.Sprintf("  (the generator fell up to %s behind its schedule; included)", msStr(late))

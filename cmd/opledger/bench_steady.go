@@ -28,9 +28,13 @@ type steadyReport struct {
 	IntervalSeconds float64          `json:"interval_seconds"`
 	Direct          benchkit.Dist    `json:"direct"`
 	Intervals       []steadyInterval `json:"intervals"`
-	// Lost arrivals had no answer drainTimeout after the last arrival;
+	// Lost arrivals had no answer -drain after the last arrival;
 	// DrainAnswered were answered after it.
-	Lost          int           `json:"lost"`
+	Lost int `json:"lost"`
+	// LostPersisted of them were operations in the ledger that had not
+	// settled yet at the end (waiting for a dispatcher, not lost by
+	// opledger); the others were not in the ledger yet.
+	LostPersisted int64         `json:"lost_persisted"`
 	DrainAnswered int           `json:"drain_answered"`
 	DrainSeconds  float64       `json:"drain_seconds"`
 	Failed        int           `json:"failed"`
@@ -145,7 +149,7 @@ func (b *bench) steady(ctx context.Context) error {
 	}
 	// Every arrival waits for its answer however late it comes (a late
 	// answer counts, in the interval it arrives, with its whole latency);
-	// one still unanswered drainTimeout after the last arrival is lost.
+	// one still unanswered -drain after the last arrival is lost.
 	var (
 		mu      sync.Mutex
 		lat     []time.Duration
@@ -295,7 +299,7 @@ func (b *bench) steady(ctx context.Context) error {
 		mu.Lock()
 		n := len(pending)
 		mu.Unlock()
-		if n == 0 || time.Since(drainStart) > drainTimeout {
+		if n == 0 || time.Since(drainStart) > b.cfg.Drain {
 			break
 		}
 		select {
@@ -306,12 +310,28 @@ func (b *bench) steady(ctx context.Context) error {
 	}
 	mu.Lock()
 	s.Lost = len(pending)
+	oldest := time.Now()
+	for _, due := range pending {
+		oldest = minTime(oldest, due)
+	}
 	s.DrainAnswered, s.DrainSeconds = len(lat), time.Since(drainStart).Seconds()
 	mu.Unlock()
 	cancel()
 	<-loopDone
-	fmt.Fprintf(b.out, "after the last arrival: %d more answered in %s, %d not within %s (lost)\n",
-		s.DrainAnswered, time.Since(drainStart).Round(time.Millisecond), s.Lost, drainTimeout)
+	drained := time.Since(drainStart).Round(time.Millisecond)
+	if s.Lost > 0 {
+		// An arrival is answered once its operation settles, so the
+		// run's operations not settled are arrivals without an answer
+		// that the ledger holds.
+		if err := b.db.QueryRow(ctx, benchTag+`SELECT count(*) FROM operations WHERE workflow_id = $1 AND created_at >= $2 AND state <> ALL($3)`,
+			pgx.QueryExecModeExec, wf, oldest.Add(-5*time.Second), terminalStates()).Scan(&s.LostPersisted); err != nil {
+			return fmt.Errorf("bench: steady: unanswered: %w", err)
+		}
+		fmt.Fprintf(b.out, "after the last arrival: %d more answered in %s, %d not within %s (lost to the bench; %d of them operations in the ledger not settled yet)\n",
+			s.DrainAnswered, drained, s.Lost, b.cfg.Drain, s.LostPersisted)
+	} else {
+		fmt.Fprintf(b.out, "after the last arrival: %d more answered in %s, none lost\n", s.DrainAnswered, drained)
+	}
 	s.Verdict = verdict(s)
 	s.Verdict.print(b.out, s)
 	return nil

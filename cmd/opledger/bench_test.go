@@ -271,3 +271,25 @@ func TestBenchSteadyPGSS(t *testing.T) {
 	require.Positive(t, counted, text)
 	require.Contains(t, text, "pg_stat_statements per operation")
 }
+
+// A steady run whose arrivals are not answered within -drain says how many
+// of them the ledger holds as operations not settled yet: one dispatcher
+// with one worker falls behind arrivals at 3,000 a second, and the bench
+// waits 1 ms for the rest.
+func TestBenchSteadyUnansweredArePersisted(t *testing.T) {
+	t.Parallel()
+	if _, err := pglocal.BinDir(); errors.Is(err, pglocal.ErrBinariesNotFound) {
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	rep, text := runBenchJSON(t, map[string]string{}, "-durable=false", "-dispatchers", "1", "-dispatch-workers", "1", "-warmup", "0",
+		"-duration", "1s", "-interval", "500ms", "-rate", "3000", "-latency-duration", "100ms", "-drain", "1ms", "-json")
+	s := rep.Steady
+	require.NotNil(t, s, text)
+	require.Positive(t, s.Lost, text)
+	require.Positive(t, s.LostPersisted, "arrivals waiting for the dispatcher are operations in the ledger: %s", text)
+	require.LessOrEqual(t, s.LostPersisted, int64(s.Lost), "an operation not settled is an arrival not answered")
+	require.Contains(t, text, "operations in the ledger not settled yet")
+}
