@@ -33,7 +33,7 @@ type answer struct {
 // is the one awaited).
 type answers struct {
 	mu      sync.Mutex
-	waiting map[string]chan answer
+	waiting map[string]func(answer)
 }
 
 // answerKey is what an arrival waits for: the operation's own progression
@@ -51,7 +51,7 @@ func (b *bench) watch(ctx context.Context, wf string) (*answers, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &answers{waiting: map[string]chan answer{}}
+	a := &answers{waiting: map[string]func(answer){}}
 	go func() {
 		for r := range results {
 			at := time.Now()
@@ -67,10 +67,18 @@ func (b *bench) watch(ctx context.Context, wf string) (*answers, error) {
 // expect registers a wait for key; register before publishing.
 func (a *answers) expect(key string) <-chan answer {
 	ch := make(chan answer, 1)
-	a.mu.Lock()
-	a.waiting[key] = ch
-	a.mu.Unlock()
+	a.expectFunc(key, func(ans answer) { ch <- ans })
 	return ch
+}
+
+// expectFunc registers f to be called, on the subscription's goroutine,
+// with key's answer: an arrival that waits this way holds no goroutine
+// (a run that falls behind holds hundreds of thousands of them, whose
+// stacks the collector scans at every cycle). Register before publishing.
+func (a *answers) expectFunc(key string, f func(answer)) {
+	a.mu.Lock()
+	a.waiting[key] = f
+	a.mu.Unlock()
 }
 
 func (a *answers) forget(key string) {
@@ -81,11 +89,11 @@ func (a *answers) forget(key string) {
 
 func (a *answers) deliver(key string, ans answer) {
 	a.mu.Lock()
-	ch := a.waiting[key]
+	f := a.waiting[key]
 	delete(a.waiting, key)
 	a.mu.Unlock()
-	if ch != nil {
-		ch <- ans
+	if f != nil {
+		f(ans)
 	}
 }
 

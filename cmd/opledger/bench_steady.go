@@ -155,6 +155,7 @@ func (b *bench) steady(ctx context.Context) error {
 		lat     []time.Duration
 		pending = map[int]time.Time{}
 		pubErr  error
+		ended   bool
 	)
 	// What the run costs is sampled from its start, as each interval ends.
 	stopProfile, err := b.startCPUProfile()
@@ -172,13 +173,27 @@ func (b *bench) steady(ctx context.Context) error {
 	loopDone := make(chan error, 1)
 	start := time.Now()
 	go func() {
+		// Each arrival's goroutine ends once its intent is published; its
+		// answer is taken on the subscription's goroutine.
 		_, err := benchkit.OpenLoop(runCtx, sched, func(i int, due time.Time) {
 			in := benchIntent(wf, i)
 			key := answerKey(op.DecisionNew, in.EventID)
-			ch := a.expect(key)
 			mu.Lock()
 			pending[i] = due
 			mu.Unlock()
+			a.expectFunc(key, func(ans answer) {
+				mu.Lock()
+				defer mu.Unlock()
+				if _, ok := pending[i]; !ok || ended {
+					return
+				}
+				delete(pending, i)
+				if ans.status == string(op.StateCompletedSuccess) {
+					lat = append(lat, ans.at.Sub(due))
+				} else {
+					s.Failed++
+				}
+			})
 			if err := b.cl.Publish(runCtx, in, ""); err != nil {
 				a.forget(key)
 				mu.Lock()
@@ -187,20 +202,6 @@ func (b *bench) steady(ctx context.Context) error {
 					pubErr = err
 				}
 				mu.Unlock()
-				return
-			}
-			select {
-			case ans := <-ch:
-				mu.Lock()
-				delete(pending, i)
-				if ans.status == string(op.StateCompletedSuccess) {
-					lat = append(lat, ans.at.Sub(due))
-				} else {
-					s.Failed++
-				}
-				mu.Unlock()
-			case <-runCtx.Done():
-				a.forget(key)
 			}
 		})
 		loopDone <- err
@@ -309,6 +310,7 @@ func (b *bench) steady(ctx context.Context) error {
 		}
 	}
 	mu.Lock()
+	ended = true // answers from now on are not counted
 	s.Lost = len(pending)
 	oldest := time.Now()
 	for _, due := range pending {
