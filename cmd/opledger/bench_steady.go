@@ -224,10 +224,7 @@ func (b *bench) steady(ctx context.Context) error {
 		got := lat
 		lat = nil
 		inFlight := len(pending)
-		oldest := now
-		for _, due := range pending {
-			oldest = minTime(oldest, due)
-		}
+		oldest := oldestDue(pending, now)
 		err := pubErr
 		mu.Unlock()
 		if err != nil {
@@ -255,20 +252,8 @@ func (b *bench) steady(ctx context.Context) error {
 		if err := b.db.QueryRow(ctx, outboxQuery).Scan(&iv.OutboxUnsent); err != nil {
 			return fmt.Errorf("bench: steady: outbox: %w", err)
 		}
-		// Only this run's operations that may still be unsettled: those
-		// created since the oldest arrival without an answer (an
-		// operation is answered only when it has settled), with a margin
-		// for clocks. Planned for these values (QueryExecModeExec: no
-		// cached generic plan), so that it reads operations_workflow_idx
-		// from since on: every operation of the run has this workflow id,
-		// and a generic plan, which cannot know how recent since is,
-		// scanned the whole table every interval (137 ms at 60,000
-		// operations); and since no longer reaches back a whole interval
-		// (a minute of operations to read when nothing waits).
-		since := oldest.Add(-5 * time.Second)
-		if err := b.db.QueryRow(ctx, benchTag+`SELECT count(*) FROM operations WHERE workflow_id = $1 AND created_at >= $2 AND state <> ALL($3)`,
-			pgx.QueryExecModeExec, wf, since, terminalStates()).Scan(&iv.Unsettled); err != nil {
-			return fmt.Errorf("bench: steady: unsettled: %w", err)
+		if iv.Unsettled, err = b.unsettledSince(ctx, wf, oldest); err != nil {
+			return err
 		}
 		iv.HeapLiveBytes, iv.RSSBytes = memory()
 		if b.cfg.MemProfile != "" {
@@ -312,10 +297,7 @@ func (b *bench) steady(ctx context.Context) error {
 	mu.Lock()
 	ended = true // answers from now on are not counted
 	s.Lost = len(pending)
-	oldest := time.Now()
-	for _, due := range pending {
-		oldest = minTime(oldest, due)
-	}
+	oldest := oldestDue(pending, time.Now())
 	s.DrainAnswered, s.DrainSeconds = len(lat), time.Since(drainStart).Seconds()
 	mu.Unlock()
 	cancel()
@@ -325,9 +307,8 @@ func (b *bench) steady(ctx context.Context) error {
 		// An arrival is answered once its operation settles, so the
 		// run's operations not settled are arrivals without an answer
 		// that the ledger holds.
-		if err := b.db.QueryRow(ctx, benchTag+`SELECT count(*) FROM operations WHERE workflow_id = $1 AND created_at >= $2 AND state <> ALL($3)`,
-			pgx.QueryExecModeExec, wf, oldest.Add(-5*time.Second), terminalStates()).Scan(&s.LostPersisted); err != nil {
-			return fmt.Errorf("bench: steady: unanswered: %w", err)
+		if s.LostPersisted, err = b.unsettledSince(ctx, wf, oldest); err != nil {
+			return err
 		}
 		fmt.Fprintf(b.out, "after the last arrival: %d more answered in %s, %d not within %s (lost to the bench; %d of them operations in the ledger not settled yet)\n",
 			s.DrainAnswered, drained, s.Lost, b.cfg.Drain, s.LostPersisted)
@@ -374,6 +355,35 @@ func (iv *steadyInterval) print(w io.Writer) {
 		iv.PGSS.printShort(w, "           ", 3)
 	}
 	printTables(w, "           ", iv.Tables)
+}
+
+// oldestDue is the earliest due time of the arrivals pending, or now when
+// none is.
+func oldestDue(pending map[int]time.Time, now time.Time) time.Time {
+	oldest := now
+	for _, due := range pending {
+		oldest = minTime(oldest, due)
+	}
+	return oldest
+}
+
+// unsettledSince counts the run's operations (workflow wf) in no final state
+// created since oldest, the due time of the oldest arrival without an
+// answer (an operation is answered only when it has settled), with a margin
+// for clocks: only those may still be unsettled. Planned for these values
+// (QueryExecModeExec: no cached generic plan), so that it reads
+// operations_workflow_idx from since on: every operation of the run has this
+// workflow id, and a generic plan, which cannot know how recent since is,
+// scanned the whole table every interval (137 ms at 60,000 operations); and
+// since no longer reaches back a whole interval (a minute of operations to
+// read when nothing waits).
+func (b *bench) unsettledSince(ctx context.Context, wf string, oldest time.Time) (int64, error) {
+	var n int64
+	if err := b.db.QueryRow(ctx, benchTag+`SELECT count(*) FROM operations WHERE workflow_id = $1 AND created_at >= $2 AND state <> ALL($3)`,
+		pgx.QueryExecModeExec, wf, oldest.Add(-5*time.Second), terminalStates()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("bench: steady: unsettled operations: %w", err)
+	}
+	return n, nil
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -207,12 +207,7 @@ func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 // baseline; and -cpuprofile writes a profile.
 func TestBenchPGSS(t *testing.T) {
 	t.Parallel()
-	if _, err := pglocal.BinDir(); errors.Is(err, pglocal.ErrBinariesNotFound) {
-		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	needPrivateCluster(t)
 	prof := filepath.Join(t.TempDir(), "cpu.pprof")
 	rep, text := runBenchJSON(t, map[string]string{}, append([]string{"-pgss", "-durable=false", "-high-load", "0", "-cpuprofile", prof}, tinyBench...)...)
 	require.Empty(t, rep.PGSSNote, text)
@@ -240,12 +235,7 @@ func TestBenchPGSS(t *testing.T) {
 // operations it completed cost: the bench's own reads are not counted.
 func TestBenchSteadyPGSS(t *testing.T) {
 	t.Parallel()
-	if _, err := pglocal.BinDir(); errors.Is(err, pglocal.ErrBinariesNotFound) {
-		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	needPrivateCluster(t)
 	rep, text := runBenchJSON(t, map[string]string{}, "-pgss", "-durable=false", "-duration", "1500ms", "-interval", "500ms", "-rate", "60",
 		"-latency-duration", "300ms", "-warmup", "5", "-json")
 	require.Empty(t, rep.PGSSNote, text)
@@ -278,12 +268,7 @@ func TestBenchSteadyPGSS(t *testing.T) {
 // waits 1 ms for the rest.
 func TestBenchSteadyUnansweredArePersisted(t *testing.T) {
 	t.Parallel()
-	if _, err := pglocal.BinDir(); errors.Is(err, pglocal.ErrBinariesNotFound) {
-		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	needPrivateCluster(t)
 	rep, text := runBenchJSON(t, map[string]string{}, "-durable=false", "-dispatchers", "1", "-dispatch-workers", "1", "-warmup", "0",
 		"-duration", "1s", "-interval", "500ms", "-rate", "3000", "-latency-duration", "100ms", "-drain", "1ms", "-json")
 	s := rep.Steady
@@ -292,4 +277,17 @@ func TestBenchSteadyUnansweredArePersisted(t *testing.T) {
 	require.Positive(t, s.LostPersisted, "arrivals waiting for the dispatcher are operations in the ledger: %s", text)
 	require.LessOrEqual(t, s.LostPersisted, int64(s.Lost), "an operation not settled is an arrival not answered")
 	require.Contains(t, text, "operations in the ledger not settled yet")
+}
+
+// needPrivateCluster skips a test that starts a private cluster of its own
+// (no DATABASE_URL) where PostgreSQL's binaries are not installed, and
+// fails it when CI=true.
+func needPrivateCluster(t *testing.T) {
+	t.Helper()
+	if _, err := pglocal.BinDir(); errors.Is(err, pglocal.ErrBinariesNotFound) {
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
 }
