@@ -859,3 +859,13 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 	}
 	return false
 }
+
+// Unclaimed returns how many messages of stream the durable consumer's fleet
+// has not taken yet (JetStream's NumPending): work waiting for capacity.
+func (b *Bus) Unclaimed(ctx context.Context, stream, durable string) (uint64, error) {
+	c, err := b.js.Consumer(ctx, stream, durable)
+	if err != nil {
+		return 0, err
+	}
+	return c.CachedInfo().NumPending, nil
+}

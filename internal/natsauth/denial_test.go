@@ -3,6 +3,7 @@ package natsauth_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -360,4 +361,31 @@ func TestServicesPublishOnlyWhatTheyWrite(t *testing.T) {
 		app.PublishPrefixes[app.PlannerIngest])
 	require.NotContains(t, app.PublishPrefixes[app.Dispatcher], "opledger.alerts.")
 	require.ElementsMatch(t, []string{"opledger.ops.dispatch.", "opledger.results."}, app.PublishPrefixes[app.Compensator])
+}
+
+// planner-ingest reads, as its own NATS user, how many dispatch commands
+// wait for a dispatcher (its admission control), and no other consumer's
+// state. Breaking it: nats.conf without $JS.API.CONSUMER.INFO.OPS.dispatcher
+// for planner-ingest (admission would then hold nothing, logging that it
+// cannot read the backlog), or a wider pattern for it.
+func TestIngestReadsTheDispatchBacklog(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	ingestBus := s.withStreams(t)
+	djs := s.serviceJS(t, "dispatcher")
+	_, err := djs.CreateOrUpdateConsumer(ctx(t), wire.StreamOps, jetstream.ConsumerConfig{Durable: "dispatcher",
+		FilterSubject: wire.OpsFilter(wire.KindDispatch), AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	for i := range 3 {
+		_, err := djs.Publish(ctx(t), wire.OpsSubject(wire.KindDispatch, "capture_payment", fmt.Sprintf("op_backlog_%d", i)), []byte(`{}`))
+		require.NoError(t, err)
+	}
+	n, err := ingestBus.Unclaimed(ctx(t), wire.StreamOps, "dispatcher")
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), n)
+
+	c := s.raw(t, "planner-ingest", app.ServiceInboxPrefix(app.PlannerIngest))
+	for _, subject := range []string{"$JS.API.CONSUMER.INFO.OPS.reconciler", "$JS.API.CONSUMER.INFO.OPS.compensator", "$JS.API.CONSUMER.LIST.OPS"} {
+		c.deniedPublish(t, subject)
+	}
 }
