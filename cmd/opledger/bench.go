@@ -161,6 +161,7 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	fs.IntVar(&sc.IngestWorkers, "ingest-workers", 0, "concurrent intents in planner-ingest (0: the service default)")
 	fs.IntVar(&sc.DispatchWorkers, "dispatch-workers", 32, "concurrent vendor calls per dispatcher")
 	dbConns := fs.Int("db-conns", 0, "Postgres connections in the services' pool (0: the default)")
+	fs.IntVar(&sc.IngestMaxBacklog, "max-backlog", 0, "planner-ingest's admission bound: dispatch commands waiting for a dispatcher above which new intents are held (0: the default, negative: off)")
 	fs.IntVar(&sc.GroupStatements, "group-statements", 0, "group-commit statements of one kind each store runs at once (0: the default, 1)")
 	pgSet := pgSettingsFlag{}
 	fs.Var(pgSet, "pg", "a server setting of the private cluster as name=value (shared_buffers=2GB), repeatable; ignored with DATABASE_URL")
@@ -197,7 +198,7 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	b.rep = &benchReport{RunID: b.run, Started: started, Settings: benchSettings{
 		Ops: cfg.Ops, Warmup: cfg.Warmup, Concurrency: cfg.Concurrency, Dispatchers: sc.Dispatchers, Relays: sc.Relays,
 		IngestWorkers: sc.IngestWorkers, DispatchWorkers: sc.DispatchWorkers, DBConns: int(sc.DBMaxConns), GroupStatements: sc.GroupStatements,
-		Durable: f.cfg.Infra.Durable, MemoryStreams: f.cfg.Infra.MemoryStreams, Arrivals: string(cfg.Arrivals),
+		MaxBacklog: sc.IngestMaxBacklog, Durable: f.cfg.Infra.Durable, MemoryStreams: f.cfg.Infra.MemoryStreams, Arrivals: string(cfg.Arrivals),
 		Rate: cfg.Rate.String(), HighLoadPercent: cfg.HighLoad, LatencySeconds: cfg.LatencyDuration.Seconds(),
 		PGSeconds: cfg.PGSeconds, Preload: cfg.Preload, DurationSeconds: cfg.Duration.Seconds(), IntervalSeconds: cfg.Interval.Seconds(),
 		PGSS: cfg.PGSS, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: gcPercent(env), GoVersion: runtime.Version(),
@@ -221,8 +222,8 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 		fmt.Fprintf(text, "# %s\n", w)
 	}
 	fmt.Fprintf(text, "# run %s: every workflow, event id and order id of this run starts with it\n", b.run)
-	fmt.Fprintf(text, "# dispatchers=%d relays=%d ingest-workers=%d dispatch-workers=%d db-conns=%d group-statements=%d durable=%v concurrency=%d arrivals=%s (0 = service default); postgres %s, %d CPUs, GOGC=%s\n",
-		sc.Dispatchers, sc.Relays, sc.IngestWorkers, sc.DispatchWorkers, sc.DBMaxConns, sc.GroupStatements, f.cfg.Infra.Durable, cfg.Concurrency, cfg.Arrivals,
+	fmt.Fprintf(text, "# dispatchers=%d relays=%d ingest-workers=%d dispatch-workers=%d db-conns=%d group-statements=%d max-backlog=%d durable=%v concurrency=%d arrivals=%s (0 = service default); postgres %s, %d CPUs, GOGC=%s\n",
+		sc.Dispatchers, sc.Relays, sc.IngestWorkers, sc.DispatchWorkers, sc.DBMaxConns, sc.GroupStatements, sc.IngestMaxBacklog, f.cfg.Infra.Durable, cfg.Concurrency, cfg.Arrivals,
 		b.rep.Settings.PostgresVersion, runtime.NumCPU(), b.rep.Settings.GOGC)
 	if len(pgSet) > 0 {
 		fmt.Fprintf(text, "# private cluster settings: %s\n", pgSet)

@@ -40,6 +40,7 @@ type benchSettings struct {
 	DispatchWorkers int     `json:"dispatch_workers"`
 	DBConns         int     `json:"db_conns"`
 	GroupStatements int     `json:"group_statements"`
+	MaxBacklog      int     `json:"max_backlog"`
 	Durable         bool    `json:"durable"`
 	MemoryStreams   bool    `json:"memory_streams"`
 	Arrivals        string  `json:"arrivals"`

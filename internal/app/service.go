@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/opledger/opledger/internal/api"
 	"github.com/opledger/opledger/internal/bus"
 	"github.com/opledger/opledger/internal/failpoint"
+	"github.com/opledger/opledger/internal/ingest"
 	"github.com/opledger/opledger/internal/maintain"
 	"github.com/opledger/opledger/internal/ops"
 	redactpkg "github.com/opledger/opledger/internal/redact"
@@ -76,6 +78,8 @@ type ServiceConfig struct {
 	Consumer bus.Tuning
 	// StatementTimeout bounds ledger statements without a deadline.
 	StatementTimeout time.Duration
+	// MaxBacklog is planner-ingest's admission bound (ingest.Config.MaxBacklog).
+	MaxBacklog int
 	// RejectedRetention is how long the maintenance leader (reconciler
 	// only) keeps the inbox rows of rejected intents (zero: maintain.Config's
 	// default).
@@ -159,6 +163,16 @@ func ParseServiceFlags(name string, args []string, lookupEnv func(string) (strin
 			cfg.WebhookSecretFiles[p] = file
 			return nil
 		})
+	}
+	if name == PlannerIngest {
+		maxBacklog := 0
+		if v := env("OPLEDGER_MAX_BACKLOG", ""); v != "" {
+			var err error
+			if maxBacklog, err = strconv.Atoi(v); err != nil {
+				return cfg, fmt.Errorf("%s: OPLEDGER_MAX_BACKLOG=%q is not a whole number", name, v)
+			}
+		}
+		fs.IntVar(&cfg.MaxBacklog, "max-backlog", maxBacklog, fmt.Sprintf("admission control: hold new intents (each at most %s) while more than this many dispatch commands wait for a dispatcher (0: %d; negative: never hold) [OPLEDGER_MAX_BACKLOG]", ingest.DefaultHoldFor, ingest.DefaultMaxBacklog))
 	}
 	connectTimeout := time.Minute
 	if v := env("OPLEDGER_CONNECT_TIMEOUT", ""); v != "" {
@@ -314,7 +328,7 @@ func RunService(ctx context.Context, cfg ServiceConfig) error {
 	s, err := StartServices(ctx, ServicesConfig{
 		DatabaseURL: cfg.DatabaseURL, DatabaseURLs: dbURLs, NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Registry: reg, Run: []string{cfg.Name},
 		Instance: cfg.Instance, Dispatchers: cfg.Instances, Relays: cfg.Relays, SetRoles: cfg.SetRoles,
-		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout, MCPUpstreams: upstreams, WebhookSecrets: webhookSecrets,
+		Consumer: cfg.Consumer, StatementTimeout: cfg.StatementTimeout, IngestMaxBacklog: cfg.MaxBacklog, MCPUpstreams: upstreams, WebhookSecrets: webhookSecrets,
 		Maintain: maintain.Config{RejectedRetention: cfg.RejectedRetention},
 		Metrics:  telemetry.NewMetrics(promReg), Log: base,
 	})

@@ -142,6 +142,9 @@ type ServicesConfig struct {
 	DispatchWorkers int
 	// IngestWorkers is the concurrent intents per planner-ingest (default 64).
 	IngestWorkers int
+	// IngestMaxBacklog is planner-ingest's admission bound
+	// (ingest.Config.MaxBacklog: 0 the default, negative off).
+	IngestMaxBacklog int
 	// Relays is the number of outbox relays in this process (default 1).
 	Relays int
 	// DBMaxConns caps the Postgres pool (default 16). Postgres does best with
@@ -379,7 +382,7 @@ func StartServices(ctx context.Context, cfg ServicesConfig) (_ *Services, err er
 			if _, err := storeFor(PartAPI); err != nil { // the process serves the operators' API
 				return nil, err
 			}
-			if err := start(ingest.New(ingest.Config{Workers: cfg.IngestWorkers, Tuning: cfg.Consumer}, ps, b, cfg.Registry, cfg.Metrics, log).Start); err != nil {
+			if err := start(ingest.New(ingest.Config{Workers: cfg.IngestWorkers, MaxBacklog: cfg.IngestMaxBacklog, Tuning: cfg.Consumer}, ps, b, cfg.Registry, cfg.Metrics, log).Start); err != nil {
 				return nil, err
 			}
 			// Webhooks come in through the process's HTTP server, as

@@ -27,3 +27,24 @@ func TestServiceConsumerKnobs(t *testing.T) {
 	_, err = app.ParseServiceFlags(app.Reconciler, nil, env(bad), io.Discard)
 	require.ErrorContains(t, err, "OPLEDGER_ACK_WAIT")
 }
+
+// planner-ingest's admission bound comes from OPLEDGER_MAX_BACKLOG or
+// -max-backlog (the flag wins); a value that is not a whole number is
+// refused, and the other services have no such knob. Breaking it: a typo
+// that silently ran with the default bound.
+func TestIngestMaxBacklogKnob(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"DATABASE_URL": "postgres://x", "NATS_URL": "nats://x", "OPLEDGER_MAX_BACKLOG": "500"}
+	cfg, err := app.ParseServiceFlags(app.PlannerIngest, nil, env(base), io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 500, cfg.MaxBacklog)
+	cfg, err = app.ParseServiceFlags(app.PlannerIngest, []string{"-max-backlog", "-1"}, env(base), io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, -1, cfg.MaxBacklog, "the flag wins; negative turns admission control off")
+
+	base["OPLEDGER_MAX_BACKLOG"] = "lots"
+	_, err = app.ParseServiceFlags(app.PlannerIngest, nil, env(base), io.Discard)
+	require.ErrorContains(t, err, "OPLEDGER_MAX_BACKLOG")
+	_, err = app.ParseServiceFlags(app.Dispatcher, []string{"-max-backlog", "5"}, env(map[string]string{"DATABASE_URL": "postgres://x", "NATS_URL": "nats://x"}), io.Discard)
+	require.Error(t, err, "only planner-ingest admits intents")
+}

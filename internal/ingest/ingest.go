@@ -64,6 +64,22 @@ type Config struct {
 	Workers int
 	// Tuning overrides the consumer's AckWait, heartbeat and Nak delay.
 	Tuning bus.Tuning
+	// MaxBacklog is admission control: while more than this many dispatch
+	// commands wait for a dispatcher across the fleet (JetStream's pending
+	// count of the dispatchers' consumer, read every BacklogEvery), new
+	// intents are held before they reach the ledger, each for at most
+	// HoldFor, and wait in the INTENTS stream meanwhile. 0 means
+	// DefaultMaxBacklog; a negative value turns it off.
+	MaxBacklog int
+	// HoldFor bounds how long one intent is held (default DefaultHoldFor,
+	// and at most a quarter of Tuning.AckWait); it then goes in anyway, so
+	// intents keep coming in, slowly, even while the dispatchers are all
+	// down.
+	HoldFor time.Duration
+	// BacklogEvery is how often the backlog is read (default DefaultBacklogEvery).
+	BacklogEvery time.Duration
+	// DispatchDurable names the dispatchers' consumer (default "dispatcher").
+	DispatchDurable string
 }
 
 // Service is planner-ingest.
@@ -84,16 +100,46 @@ func New(cfg Config, st *store.Store, b *bus.Bus, reg *registry.Registry, m *tel
 	if cfg.Workers <= 0 {
 		cfg.Workers = 64
 	}
+	if cfg.MaxBacklog == 0 {
+		cfg.MaxBacklog = DefaultMaxBacklog
+	}
+	if cfg.HoldFor <= 0 {
+		cfg.HoldFor = DefaultHoldFor
+	}
+	if cfg.Tuning.AckWait > 0 {
+		// The intents the client has pulled behind a held one wait without
+		// heartbeats: keep them well inside AckWait, or JetStream delivers
+		// them again.
+		cfg.HoldFor = min(cfg.HoldFor, cfg.Tuning.AckWait/4)
+	}
+	if cfg.BacklogEvery <= 0 {
+		cfg.BacklogEvery = DefaultBacklogEvery
+	}
+	if cfg.DispatchDurable == "" {
+		cfg.DispatchDurable = "dispatcher"
+	}
 	return &Service{cfg: cfg, store: st, bus: b, reg: reg, m: m, log: log}
 }
 
 // Start consumes intents until ctx ends; the returned function stops it and
 // waits for intents in flight.
 func (s *Service) Start(ctx context.Context) (stop func(), err error) {
-	return s.bus.Consume(ctx, s.cfg.Tuning.Apply(bus.ConsumerConfig{
+	admit := func(context.Context) {}
+	stopAdmission := func() {}
+	if s.cfg.MaxBacklog > 0 {
+		a := newAdmission(s.cfg.MaxBacklog, s.cfg.HoldFor, s.cfg.BacklogEvery, func(ctx context.Context) (uint64, error) {
+			return s.bus.Unclaimed(ctx, wire.StreamOps, s.cfg.DispatchDurable)
+		}, s.m, s.log.With().Str("component", "admission").Logger())
+		actx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); a.run(actx) }()
+		admit, stopAdmission = a.wait, func() { cancel(); <-done }
+	}
+	stopConsume, err := s.bus.Consume(ctx, s.cfg.Tuning.Apply(bus.ConsumerConfig{
 		Stream: wire.StreamIntents, Durable: s.cfg.Durable, Workers: s.cfg.Workers,
 		Filters: []string{wire.IntentSubjectPrefix + ">"}, Ready: s.store.Ping,
 	}), func(ctx context.Context, d bus.Delivery) error {
+		admit(ctx)
 		_, err := s.Ingest(ctx, d.Subject, d.Header, d.Data)
 		if err == nil {
 			failpoint.Hit(failpoint.IngestBeforeAck)
@@ -108,6 +154,16 @@ func (s *Service) Start(ctx context.Context) (stop func(), err error) {
 		}
 		return err
 	})
+	if err != nil {
+		stopAdmission()
+		return nil, err
+	}
+	return func() {
+		// Release held intents first, so that stopping does not wait out
+		// their holds.
+		stopAdmission()
+		stopConsume()
+	}, nil
 }
 
 // answerUnstored is the last resort for an intent the ledger refused even

@@ -23,6 +23,8 @@ type Metrics struct {
 	leader      prometheus.Gauge
 	refused     *prometheus.CounterVec
 	fallbacks   *prometheus.CounterVec
+	held        *prometheus.CounterVec
+	backlog     prometheus.Gauge
 
 	webhookDeliveries *prometheus.CounterVec
 	webhookRejected   *prometheus.CounterVec
@@ -89,6 +91,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "opledger_group_fallbacks_total", Help: "Group-commit statements that failed, so that their writes went one by one, by kind (submit, claim, outcome) and cause (conflict: a known event id or key, expected for submits; retryable: a deadlock; other: worth a look).",
 	}, []string{"kind", "cause"})
 	reg.MustRegister(m.fallbacks)
+	m.held = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "opledger_intents_held_total", Help: "Intents planner-ingest held back while the dispatch backlog was over its bound, by how the hold ended (admitted: the backlog fell; timed_out: the hold's bound passed and the intent went in anyway).",
+	}, []string{"end"})
+	m.backlog = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "opledger_dispatch_backlog", Help: "Dispatch commands no dispatcher has taken yet, as planner-ingest last read it (JetStream's pending count of the dispatchers' consumer).",
+	})
+	reg.MustRegister(m.held, m.backlog)
 	reg.MustRegister(m.intents, m.intentLat, m.attempts, m.dispatchLat, m.transitions, m.redelivered, m.reconciled, m.redriven,
 		m.maintained, m.capped, m.parked, m.leader, m.webhookDeliveries, m.webhookRejected, m.webhookEvidence, m.webhookSettled, m.refused)
 	return m
@@ -101,6 +110,27 @@ func (m *Metrics) Intent(tool, decision string, d time.Duration) {
 	}
 	m.intents.WithLabelValues(tool, decision).Inc()
 	m.intentLat.WithLabelValues(decision).Observe(d.Seconds())
+}
+
+// IntentHeld counts an intent held by admission control; timedOut says it
+// went in because its hold ran out rather than because the backlog fell.
+func (m *Metrics) IntentHeld(timedOut bool) {
+	if m == nil {
+		return
+	}
+	end := "admitted"
+	if timedOut {
+		end = "timed_out"
+	}
+	m.held.WithLabelValues(end).Inc()
+}
+
+// DispatchBacklog records the dispatch backlog planner-ingest last read.
+func (m *Metrics) DispatchBacklog(n uint64) {
+	if m == nil {
+		return
+	}
+	m.backlog.Set(float64(n))
 }
 
 // IntentRefused counts an intent refused for reason (a wire.Reason*).
