@@ -40,6 +40,7 @@ type admission struct {
 	m       *telemetry.Metrics
 	log     zerolog.Logger
 
+	// mu guards open, which the handlers read; the rest is run's alone.
 	mu sync.Mutex
 	// open is closed while intents are admitted; a fresh one is made when
 	// the backlog goes over the bound, and closed when it falls again.
@@ -78,22 +79,20 @@ func (a *admission) poll(ctx context.Context) {
 	n, err := a.read(rctx)
 	cancel()
 	if err != nil {
-		a.mu.Lock()
-		quiet := a.readErr || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) || ctx.Err() != nil
-		a.readErr = !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound)
-		a.mu.Unlock()
-		if !quiet {
+		// No consumer or stream yet means no dispatcher has started: nothing
+		// to say. Anything else is said once, until a read succeeds again.
+		absent := errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
+		if !absent && !a.readErr && ctx.Err() == nil {
 			a.log.Warn().Err(err).Msg("cannot read the dispatch backlog; admitting every intent until it can be read")
 		}
+		a.readErr = !absent
 		a.set(0, false)
 		return
 	}
-	a.mu.Lock()
 	if a.readErr {
 		a.log.Info().Uint64("backlog", n).Msg("the dispatch backlog can be read again")
 		a.readErr = false
 	}
-	a.mu.Unlock()
 	a.m.DispatchBacklog(n)
 	a.set(n, true)
 }
@@ -118,7 +117,7 @@ func (a *admission) set(backlog uint64, known bool) {
 	}
 }
 
-// gateLog is the event a change of the gate is logged with (a.mu held).
+// gateLog is the event a change of the gate is logged with.
 func (a *admission) gateLog() *zerolog.Event {
 	if time.Since(a.logged) < time.Minute {
 		return a.log.Debug()
