@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/api"
@@ -712,15 +713,23 @@ func (s *system) requireStates(t *testing.T, want map[op.State]int64) {
 	require.Equal(t, want, got)
 }
 
+// requireDecisions waits for the inbox's decisions to be want: a repeat's
+// answer leaves ahead of its inbox record (store.firstAnswers), so the
+// agent can hold the answer a moment before the record commits.
 func (s *system) requireDecisions(t *testing.T, want map[op.Decision]int64) {
 	t.Helper()
-	got, err := s.st.DecisionCounts(s.ctx)
-	require.NoError(t, err)
-	for d, n := range got {
-		if n == 0 {
-			delete(got, d)
+	var got map[op.Decision]int64
+	assert.Eventually(t, func() bool {
+		var err error
+		got, err = s.st.DecisionCounts(s.ctx)
+		require.NoError(t, err)
+		for d, n := range got {
+			if n == 0 {
+				delete(got, d)
+			}
 		}
-	}
+		return assert.ObjectsAreEqual(want, got)
+	}, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, want, got)
 }
 
