@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -204,6 +205,23 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 		PGSS: cfg.PGSS, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: gcPercent(env), GoVersion: runtime.Version(),
 	}}
 
+	if steady && f.cfg.Infra.NATSURL == "" {
+		// A steady run watches this process's memory: the NATS server runs
+		// in a process of its own, as in production, and is watched apart
+		// (its memory holds what the streams are configured to keep).
+		store := ""
+		if f.cfg.Infra.DataDir != "" {
+			store = filepath.Join(f.cfg.Infra.DataDir, "nats")
+		}
+		np, err := startNATSProcess(ctx, store, stderr)
+		if err != nil {
+			return fmt.Errorf("bench: %w (set NATS_URL to use a running server)", err)
+		}
+		defer np.Close()
+		b.nats = np
+		f.cfg.Infra.NATSURL = np.URL
+		fmt.Fprintf(text, "# nats: embedded JetStream in a process of its own (pid %d), so that this process's memory is opledger's\n", np.Pid)
+	}
 	d, err := app.StartStack(ctx, f.cfg)
 	if err != nil {
 		return err
@@ -344,6 +362,9 @@ type bench struct {
 	out io.Writer // the text report
 	rep *benchReport
 	hc  *http.Client
+	// nats is the NATS server's own process in steady mode (nil when it
+	// runs in this one, or NATS_URL names another).
+	nats *natsProcess
 
 	pgss bool // pg_stat_statements is usable
 	// thr is the throughput measured in this run (ops/s), for the
@@ -352,6 +373,14 @@ type bench struct {
 	// answered are intents of the moderate latency run that completed,
 	// for the duplicates run.
 	answered []intentSent
+}
+
+// natsPid is the NATS server's own process, or 0 when it has none.
+func (b *bench) natsPid() int {
+	if b.nats == nil {
+		return 0
+	}
+	return b.nats.Pid
 }
 
 // benchTag starts every statement of the bench's own connection.
@@ -421,9 +450,9 @@ func (b *bench) throughput(ctx context.Context) error {
 	}
 	defer stopProfile()
 	dataDir := b.dataDirectory(ctx)
-	cpu0, group0 := sampleCPU(dataDir), b.d.Services.Store.GroupStats()
+	cpu0, group0 := sampleCPU(dataDir, b.natsPid()), b.d.Services.Store.GroupStats()
 	elapsed, err := benchRun(ctx, b.cl, wf, b.cfg.Ops, b.cfg.Concurrency)
-	cpu1, group1 := sampleCPU(dataDir), b.d.Services.Store.GroupStats()
+	cpu1, group1 := sampleCPU(dataDir, b.natsPid()), b.d.Services.Store.GroupStats()
 	stopProfile()
 	if err != nil {
 		return err

@@ -133,12 +133,12 @@ func (b *bench) baseline(ctx context.Context) error {
 		return err
 	}
 	dataDir := b.dataDirectory(ctx)
-	cpu0 := sampleCPU(dataDir)
+	cpu0 := sampleCPU(dataDir, b.natsPid())
 	elapsed, err := t.closedLoop(ctx, "thr", b.cfg.Ops)
 	if err != nil {
 		return err
 	}
-	r.CPU = cpuCost(cpu0, sampleCPU(dataDir), b.cfg.Ops)
+	r.CPU = cpuCost(cpu0, sampleCPU(dataDir, b.natsPid()), b.cfg.Ops)
 	r.Seconds, r.OpsPerSec = elapsed.Seconds(), float64(b.cfg.Ops)/elapsed.Seconds()
 	if r.PGSS, err = b.snapshotPGSS(ctx, b.cfg.Ops); err != nil {
 		return err

@@ -15,8 +15,9 @@ import (
 
 // cpuReport is the CPU time the throughput run cost, per operation: the
 // bench's own process (the services, the embedded NATS server, the local
-// vendors and the bench's client all run in it) and the Postgres server's
-// processes. Unlike ops/s, CPU time per operation hardly moves when
+// vendors and the bench's client all run in it; in steady mode the NATS
+// server runs in a process of its own, counted apart) and the Postgres
+// server's processes. Unlike ops/s, CPU time per operation hardly moves when
 // something else on the machine takes a core.
 type cpuReport struct {
 	ProcessMsPerOp float64 `json:"process_ms_per_op"`
@@ -25,6 +26,22 @@ type cpuReport struct {
 	// cannot read).
 	PostgresMsPerOp *float64 `json:"postgres_ms_per_op,omitempty"`
 	PostgresWhy     string   `json:"postgres_unread,omitempty"`
+	// NATSMsPerOp is the NATS server's process, when it runs in one of its
+	// own (steady mode without NATS_URL).
+	NATSMsPerOp *float64 `json:"nats_ms_per_op,omitempty"`
+}
+
+// totalMsPerOp is the process's, the NATS server's and Postgres's CPU per
+// operation, or false when Postgres's is unknown.
+func (c *cpuReport) totalMsPerOp() (float64, bool) {
+	if c.PostgresMsPerOp == nil {
+		return 0, false
+	}
+	t := c.ProcessMsPerOp + *c.PostgresMsPerOp
+	if c.NATSMsPerOp != nil {
+		t += *c.NATSMsPerOp
+	}
+	return t, true
 }
 
 func (c *cpuReport) print(w io.Writer, indent string) {
@@ -32,19 +49,31 @@ func (c *cpuReport) print(w io.Writer, indent string) {
 	if c.PostgresMsPerOp != nil {
 		pg = fmt.Sprintf("%.3f ms in Postgres's processes", *c.PostgresMsPerOp)
 	}
+	if c.NATSMsPerOp != nil {
+		fmt.Fprintf(w, "%sCPU per operation: %.3f ms in this process (services, vendors, client), %.3f ms in the NATS server's, %s\n", indent, c.ProcessMsPerOp, *c.NATSMsPerOp, pg)
+		return
+	}
 	fmt.Fprintf(w, "%sCPU per operation: %.3f ms in this process (services, NATS, vendors, client), %s\n", indent, c.ProcessMsPerOp, pg)
 }
 
 // cpuSample is CPU time used so far.
 type cpuSample struct {
-	process, postgres time.Duration
-	pgErr             error
+	process, postgres, nats time.Duration
+	pgErr                   error
+	// natsPid is the NATS server's own process (0: none); natsErr says
+	// why its time could not be read.
+	natsPid int
+	natsErr error
 }
 
-// sampleCPU reads this process's CPU time and that of the Postgres server
-// whose data directory is dataDir ("" when unknown).
-func sampleCPU(dataDir string) cpuSample {
-	var s cpuSample
+// sampleCPU reads this process's CPU time, that of the Postgres server
+// whose data directory is dataDir ("" when unknown) and that of the NATS
+// server's process natsPid (0: it has none of its own).
+func sampleCPU(dataDir string, natsPid int) cpuSample {
+	s := cpuSample{natsPid: natsPid}
+	if natsPid > 0 {
+		s.nats, _, s.natsErr = procCPU(natsPid)
+	}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
 		s.process = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -152,6 +181,10 @@ func cpuCost(before, after cpuSample, ops int) *cpuReport {
 		r.PostgresMsPerOp = &v
 	} else {
 		r.PostgresWhy = fmt.Sprint(cmpErr(before.pgErr, after.pgErr))
+	}
+	if before.natsPid > 0 && before.natsErr == nil && after.natsErr == nil {
+		v := per(after.nats - before.nats)
+		r.NATSMsPerOp = &v
 	}
 	return r
 }

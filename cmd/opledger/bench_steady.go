@@ -39,6 +39,9 @@ type steadyReport struct {
 	DrainSeconds  float64       `json:"drain_seconds"`
 	Failed        int           `json:"failed"`
 	Verdict       steadyVerdict `json:"verdict"`
+	// NATSPid is the NATS server's own process (0: it ran in this one, or
+	// NATS_URL named another server).
+	NATSPid int `json:"nats_pid,omitempty"`
 }
 
 type steadyInterval struct {
@@ -56,13 +59,16 @@ type steadyInterval struct {
 	InFlight int `json:"in_flight"`
 	// OldestUnansweredMs is the age, at the interval's end, of the oldest
 	// arrival without an answer: a lower bound on latencies still to come.
-	OldestUnansweredMs float64     `json:"oldest_unanswered_ms"`
-	OutboxUnsent       int64       `json:"outbox_unsent"`
-	Unsettled          int64       `json:"unsettled"`
-	HeapLiveBytes      int64       `json:"heap_live_bytes"`
-	RSSBytes           int64       `json:"rss_bytes"`
-	Goroutines         int         `json:"goroutines"`
-	Tables             []tableStat `json:"tables"`
+	OldestUnansweredMs float64 `json:"oldest_unanswered_ms"`
+	OutboxUnsent       int64   `json:"outbox_unsent"`
+	Unsettled          int64   `json:"unsettled"`
+	HeapLiveBytes      int64   `json:"heap_live_bytes"`
+	RSSBytes           int64   `json:"rss_bytes"`
+	Goroutines         int     `json:"goroutines"`
+	// NATSRSSBytes is the resident set of the NATS server's own process
+	// (absent when it runs in this one or elsewhere).
+	NATSRSSBytes *int64      `json:"nats_rss_bytes,omitempty"`
+	Tables       []tableStat `json:"tables"`
 	// CPU is the CPU time the interval cost per operation completed in it
 	// (absent when none completed); MachineBusy the share of all the
 	// machine's CPU time that any process used in it (absent when
@@ -97,6 +103,11 @@ type steadyVerdict struct {
 	// from one whose work per operation grew.
 	CPUPerOp    *trend `json:"cpu_ms_per_op,omitempty"`
 	MachineBusy *trend `json:"machine_busy,omitempty"`
+	// NATSRSS is the NATS server's own process, reported and not judged:
+	// it holds what the streams are configured to keep (each stream's
+	// Nats-Msg-Id window, an hour of results, a day of intents), which
+	// grows for as long as those last, and the server is not opledger's.
+	NATSRSS *trend `json:"nats_rss_bytes,omitempty"`
 }
 
 type trend struct {
@@ -127,6 +138,7 @@ func (b *bench) steady(ctx context.Context) error {
 	rate := b.rate(b.cfg.Rate)
 	s := &steadyReport{Rate: rate, Arrivals: string(b.cfg.Arrivals), Seconds: b.cfg.Duration.Seconds(), IntervalSeconds: b.cfg.Interval.Seconds()}
 	b.rep.Steady = s
+	s.NATSPid = b.natsPid()
 	directFor := min(b.cfg.LatencyDuration, b.cfg.Duration)
 	direct, _, err := b.directLoop(ctx, b.schedule("steady_direct", rate, directFor), "steady")
 	if err != nil {
@@ -167,7 +179,7 @@ func (b *bench) steady(ctx context.Context) error {
 	if err := b.resetPGSS(ctx); err != nil {
 		return err
 	}
-	cpuPrev, groupPrev := sampleCPU(dataDir), b.d.Services.Store.GroupStats()
+	cpuPrev, groupPrev := sampleCPU(dataDir, b.natsPid()), b.d.Services.Store.GroupStats()
 	busyPrev, totalPrev, machErr := machineCPU()
 	sched := benchkit.Schedule(b.cfg.Arrivals, rate, b.cfg.Duration, uint64(time.Now().UnixNano()))
 	loopDone := make(chan error, 1)
@@ -236,7 +248,7 @@ func (b *bench) steady(ctx context.Context) error {
 		if iv.Completed > 0 {
 			iv.OverheadP50, iv.OverheadP99 = iv.E2E.P50-s.Direct.P50, iv.E2E.P99-s.Direct.P99
 		}
-		cpuNow := sampleCPU(dataDir)
+		cpuNow := sampleCPU(dataDir, b.natsPid())
 		if iv.Completed > 0 {
 			iv.CPU = cpuCost(cpuPrev, cpuNow, iv.Completed)
 		}
@@ -256,6 +268,11 @@ func (b *bench) steady(ctx context.Context) error {
 			return err
 		}
 		iv.HeapLiveBytes, iv.RSSBytes = memory()
+		if b.nats != nil {
+			if r, err := b.nats.rss(); err == nil {
+				iv.NATSRSSBytes = &r
+			}
+		}
 		if b.cfg.MemProfile != "" {
 			if err := writeHeapProfile(fmt.Sprintf("%s.%d", b.cfg.MemProfile, len(s.Intervals)+1)); err != nil {
 				return err
@@ -330,13 +347,20 @@ func (iv *steadyInterval) print(w io.Writer) {
 	if iv.Completed > 0 {
 		lat = fmt.Sprintf("overhead p50 %s p99 %s", msStr(iv.OverheadP50), msStr(iv.OverheadP99))
 	}
-	fmt.Fprintf(w, "[%8s] %6.0f ops/s (%d completed)  %s  in flight %d (oldest %s)  outbox unsent %d  unsettled %d  Go heap %s  RSS %s  goroutines %d\n",
+	natsRSS := ""
+	if iv.NATSRSSBytes != nil {
+		natsRSS = "  NATS server RSS " + bytesIEC(*iv.NATSRSSBytes)
+	}
+	fmt.Fprintf(w, "[%8s] %6.0f ops/s (%d completed)  %s  in flight %d (oldest %s)  outbox unsent %d  unsettled %d  Go heap %s  RSS %s  goroutines %d%s\n",
 		time.Duration(iv.EndSeconds*float64(time.Second)).Round(time.Second), iv.OpsPerSec, iv.Completed, lat, iv.InFlight,
 		time.Duration(iv.OldestUnansweredMs*float64(time.Millisecond)).Round(time.Millisecond), iv.OutboxUnsent, iv.Unsettled,
-		bytesIEC(iv.HeapLiveBytes), bytesIEC(iv.RSSBytes), iv.Goroutines)
+		bytesIEC(iv.HeapLiveBytes), bytesIEC(iv.RSSBytes), iv.Goroutines, natsRSS)
 	var cpu []string
 	if iv.CPU != nil {
 		c := fmt.Sprintf("CPU per operation %.3f ms in this process", iv.CPU.ProcessMsPerOp)
+		if iv.CPU.NATSMsPerOp != nil {
+			c += fmt.Sprintf(", %.3f ms in the NATS server", *iv.CPU.NATSMsPerOp)
+		}
 		if iv.CPU.PostgresMsPerOp != nil {
 			c += fmt.Sprintf(", %.3f ms in Postgres", *iv.CPU.PostgresMsPerOp)
 		}
@@ -485,10 +509,15 @@ func verdict(s *steadyReport) steadyVerdict {
 		rss = append(rss, float64(iv.RSSBytes))
 		backlog = append(backlog, float64(iv.InFlight)+float64(iv.OutboxUnsent))
 	}
-	var cpu, busy []float64
+	var cpu, busy, natsRSS []float64
 	for _, iv := range s.Intervals {
-		if iv.CPU != nil && iv.CPU.PostgresMsPerOp != nil {
-			cpu = append(cpu, iv.CPU.ProcessMsPerOp+*iv.CPU.PostgresMsPerOp)
+		if iv.CPU != nil {
+			if t, ok := iv.CPU.totalMsPerOp(); ok {
+				cpu = append(cpu, t)
+			}
+		}
+		if iv.NATSRSSBytes != nil {
+			natsRSS = append(natsRSS, float64(*iv.NATSRSSBytes))
 		}
 		if iv.MachineBusy != nil {
 			busy = append(busy, *iv.MachineBusy)
@@ -503,6 +532,10 @@ func verdict(s *steadyReport) steadyVerdict {
 	if len(busy) > 0 {
 		t := mkTrend(busy, 1, 0)
 		v.MachineBusy = &t
+	}
+	if len(natsRSS) > 0 {
+		t := mkTrend(natsRSS, flatMemRatio, flatMemSlack)
+		v.NATSRSS = &t
 	}
 	for _, f := range []struct {
 		name string
@@ -573,10 +606,18 @@ func (v *steadyVerdict) print(w io.Writer, s *steadyReport) {
 		bytesIEC(int64(v.RSS.First)), bytesIEC(int64(v.RSS.Last)), word(v.RSS))
 	fmt.Fprintf(w, "  backlog (in flight + outbox unsent) %.0f → %.0f: %s\n", v.Backlog.First, v.Backlog.Last, word(v.Backlog))
 	if v.CPUPerOp != nil {
-		fmt.Fprintf(w, "  CPU per operation, this process and Postgres, %.3f → %.3f ms (not judged)\n", v.CPUPerOp.First, v.CPUPerOp.Last)
+		who := "this process and Postgres"
+		if v.NATSRSS != nil {
+			who = "this process, the NATS server and Postgres"
+		}
+		fmt.Fprintf(w, "  CPU per operation, %s, %.3f → %.3f ms (not judged)\n", who, v.CPUPerOp.First, v.CPUPerOp.Last)
 	}
 	if v.MachineBusy != nil {
 		fmt.Fprintf(w, "  the machine's CPUs busy %.0f%% → %.0f%% (not judged)\n", 100*v.MachineBusy.First, 100*v.MachineBusy.Last)
+	}
+	if v.NATSRSS != nil {
+		fmt.Fprintf(w, "  the NATS server's own process, RSS %s → %s (%s by the same rule; not judged: it keeps what its streams are configured to keep, see README)\n",
+			bytesIEC(int64(v.NATSRSS.First)), bytesIEC(int64(v.NATSRSS.Last)), map[bool]string{true: "flat", false: "growing"}[v.NATSRSS.Flat])
 	}
 	for _, t := range v.Tables {
 		what := "size per live row"

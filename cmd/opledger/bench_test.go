@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/app"
@@ -260,6 +262,46 @@ func TestBenchSteadyPGSS(t *testing.T) {
 	}
 	require.Positive(t, counted, text)
 	require.Contains(t, text, "pg_stat_statements per operation")
+
+	// The NATS server ran in a process of its own, watched apart, and is
+	// gone once the bench returns.
+	require.Positive(t, s.NATSPid, text)
+	require.NotEqual(t, os.Getpid(), s.NATSPid)
+	for _, iv := range s.Intervals {
+		require.NotNil(t, iv.NATSRSSBytes, text)
+		require.Positive(t, *iv.NATSRSSBytes)
+		if iv.CPU != nil {
+			require.NotNil(t, iv.CPU.NATSMsPerOp, text)
+		}
+	}
+	require.NotNil(t, s.Verdict.NATSRSS, text)
+	require.Contains(t, text, "NATS server RSS")
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", s.NATSPid))
+	require.True(t, os.IsNotExist(err), "the NATS server's process outlived the bench: %v", err)
+}
+
+// The NATS server's process stops once the process that started it is
+// gone (its standard input closes), however that one went.
+func TestNATSProcessStopsWithItsParent(t *testing.T) {
+	t.Parallel()
+	var stderr strings.Builder
+	p, err := startNATSProcess(t.Context(), "", &stderr)
+	require.NoError(t, err, stderr.String())
+	t.Cleanup(p.Close)
+	require.True(t, strings.HasPrefix(p.URL, "nats://127.0.0.1:"), p.URL)
+	nc, err := nats.Connect(p.URL)
+	require.NoError(t, err)
+	nc.Close()
+	rss, err := p.rss()
+	require.NoError(t, err)
+	require.Positive(t, rss)
+
+	require.NoError(t, p.stdin.Close()) // what the parent's death does
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the NATS server's process did not stop when its standard input closed")
+	}
 }
 
 // A steady run whose arrivals are not answered within -drain says how many

@@ -24,9 +24,6 @@ func TestMain(m *testing.M) {
 	testdb.Main(m)
 }
 
-// asMainEnv makes the test binary run as opledger.
-const asMainEnv = "OPLEDGER_TEST_AS_MAIN"
-
 // TestDemo runs the 2:13 a.m. incident as `opledger demo` does: it fails
 // unless the vendors saw exactly one charge and one email.
 func TestDemo(t *testing.T) {

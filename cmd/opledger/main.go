@@ -63,7 +63,9 @@ func run(args []string, env func(string) (string, bool), stdout, stderr io.Write
 	}
 	commands := map[string]command{"dev": runDev, "demo": runDemo, "bench": runBench, "eval": runEval, "migrate": runMigrate,
 		"db-users": runDBUsers, "vendors": runVendors, "probe": runProbe, "ops": runOps, "token": runToken, "mcp": runMCP,
-		"service": runService} // service is hidden: eval -kill runs one service per process with it
+		// Hidden: eval -kill runs one service per process with service, and
+		// bench -duration the NATS server in a process of its own with nats.
+		"service": runService, "nats": runNATS}
 	switch args[0] {
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
@@ -86,6 +88,12 @@ func run(args []string, env func(string) (string, bool), stdout, stderr io.Write
 	fmt.Fprintln(stderr, "opledger:", err)
 	return 1
 }
+
+// asMainEnv makes a test binary of this package, re-executed, run as the
+// opledger command itself (its TestMain); the opledger binary ignores it.
+// Whatever re-executes this binary sets it, so that the same code runs
+// under "go test".
+const asMainEnv = "OPLEDGER_TEST_AS_MAIN"
 
 // errUsage marks a bad command line; the flag package has printed why.
 var errUsage = errors.New("usage")
