@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/opledger/opledger/db/dbsqlc"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/pkg/op"
 )
@@ -163,4 +164,76 @@ func indexesOf(node map[string]any) []any {
 		}
 	}
 	return out
+}
+
+// On a young ledger the group statements' generic plans must still probe
+// their tables by key. A connection makes a statement's generic plan at its
+// sixth execution and keeps it until autovacuum next analyzes a table it
+// reads; made while attempts held a few hundred rows, the outcome
+// statement's plan hashed a sequential scan of all of attempts against its
+// batch, and as the ledger grew by thousands of rows a second each outcome
+// statement read all of it (20-91 ms each in the first minute of a steady
+// run, which then fell behind). The store's connections take
+// enable_seqscan=off unless the connection string sets it. The test makes
+// the three group statements' generic plans on an empty ledger and finds
+// no sequential scan in them; the same on a connection that keeps
+// Postgres's default must show the outcome statement scanning a table
+// (operations, on an empty ledger), or the fixture no longer shows what the
+// setting is for.
+//
+// Breaking it: drop the enable_seqscan default from Open.
+func TestGroupStatementsProbeByKeyOnAYoungLedger(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.New(t)
+	seqScans := func(t *testing.T, connString string) map[string][]string {
+		st, err := Open(ctx, connString, Options{MaxConns: 1})
+		require.NoError(t, err)
+		t.Cleanup(st.Close)
+		conn, err := st.pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		q := dbsqlc.New(conn)
+		for range 6 {
+			_, err := q.OperationTransitionFinishingBatch(ctx, dbsqlc.OperationTransitionFinishingBatchParams{BatchID: op.NewID("batch")})
+			require.NoError(t, err)
+			_, err = q.OperationDispatchLeasedBatch(ctx, dbsqlc.OperationDispatchLeasedBatchParams{})
+			require.NoError(t, err)
+			_, err = q.OperationSubmitNewBatch(ctx, dbsqlc.OperationSubmitNewBatchParams{BatchID: op.NewID("batch")})
+			require.NoError(t, err)
+		}
+		_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+		require.NoError(t, err)
+		found := map[string][]string{}
+		for _, name := range []string{"OperationTransitionFinishingBatch", "OperationDispatchLeasedBatch", "OperationSubmitNewBatch"} {
+			var walk func(n map[string]any)
+			walk = func(n map[string]any) {
+				if n["Node Type"] == "Seq Scan" {
+					found[name] = append(found[name], fmt.Sprint(n["Relation Name"]))
+				}
+				kids, _ := n["Plans"].([]any)
+				for _, k := range kids {
+					walk(k.(map[string]any))
+				}
+			}
+			walk(genericPlan(t, conn, name))
+		}
+		return found
+	}
+	require.Empty(t, seqScans(t, url), "sequential scans in the group statements' generic plans")
+	stock := seqScans(t, withParam(url, "enable_seqscan", "on"))
+	require.NotEmpty(t, stock["OperationTransitionFinishingBatch"],
+		"with Postgres's default the outcome statement's generic plan no longer scans a table on an empty ledger (%v): the test shows nothing", stock)
+}
+
+// withParam adds a run-time parameter to a connection string, a URL or
+// keyword/value pairs.
+func withParam(connString, name, value string) string {
+	switch {
+	case !strings.HasPrefix(connString, "postgres://") && !strings.HasPrefix(connString, "postgresql://"):
+		return connString + " " + name + "=" + value
+	case strings.Contains(connString, "?"):
+		return connString + "&" + name + "=" + value
+	}
+	return connString + "?" + name + "=" + value
 }

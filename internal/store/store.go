@@ -142,6 +142,21 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	if _, set := cfg.ConnConfig.RuntimeParams["random_page_cost"]; !set {
 		cfg.ConnConfig.RuntimeParams["random_page_cost"] = "1.1"
 	}
+	// Sequential scans only where no index serves, unless the connection
+	// string says otherwise. A connection keeps the generic plan it makes
+	// at a statement's sixth execution until autovacuum next analyzes a
+	// table it reads, and on a young ledger that plan is made while the
+	// tables hold a few hundred rows, where scanning all of attempts and
+	// hashing it against a batch is cheapest. The ledger then grows by
+	// thousands of rows a second and every outcome statement scans all of
+	// it: in the first minute of a steady run at 2,359 ops/s they took
+	// 20-91 ms each (309 logged with that plan), the pipeline fell behind
+	// and took minutes to catch up (docs/architecture.md, "Where the time
+	// goes"). Every statement of the services finds its rows by key or
+	// through an index made for it.
+	if _, set := cfg.ConnConfig.RuntimeParams["enable_seqscan"]; !set {
+		cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+	}
 	if opts.Role != "" {
 		setRole := "SET ROLE " + pgx.Identifier{opts.Role}.Sanitize()
 		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
