@@ -456,14 +456,25 @@ func memory() (heapLive, rss int64) {
 	if sample[0].Value.Kind() == metrics.KindUint64 {
 		heapLive = int64(sample[0].Value.Uint64())
 	}
-	if b, err := os.ReadFile("/proc/self/statm"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 1 {
-			if pages, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-				rss = pages * int64(os.Getpagesize())
-			}
-		}
-	}
+	rss, _ = statmRSS("/proc/self/statm")
 	return heapLive, rss
+}
+
+// statmRSS reads a process's resident set size from its /proc statm file.
+func statmRSS(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("%s unreadable", path)
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s unreadable", path)
+	}
+	return pages * int64(os.Getpagesize()), nil
 }
 
 // Flatness rules: a figure is flat when its last third's mean is within
@@ -617,7 +628,7 @@ func (v *steadyVerdict) print(w io.Writer, s *steadyReport) {
 	}
 	if v.NATSRSS != nil {
 		fmt.Fprintf(w, "  the NATS server's own process, RSS %s → %s (%s by the same rule; not judged: it keeps what its streams are configured to keep, see README)\n",
-			bytesIEC(int64(v.NATSRSS.First)), bytesIEC(int64(v.NATSRSS.Last)), map[bool]string{true: "flat", false: "growing"}[v.NATSRSS.Flat])
+			bytesIEC(int64(v.NATSRSS.First)), bytesIEC(int64(v.NATSRSS.Last)), strings.ToLower(word(*v.NATSRSS)))
 	}
 	for _, t := range v.Tables {
 		what := "size per live row"

@@ -8,12 +8,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/opledger/opledger/internal/natsembed"
+	"github.com/opledger/opledger/pkg/wire"
 )
 
 // runNATS is the hidden "opledger nats -store DIR": the embedded NATS
@@ -110,7 +110,7 @@ func startNATSProcess(ctx context.Context, dir string, stderr io.Writer) (*natsP
 	case line := <-first:
 		if !strings.HasPrefix(line, "nats://") {
 			p.Close()
-			return nil, fmt.Errorf("nats process: did not start (printed %q)", clipLine(line))
+			return nil, fmt.Errorf("nats process: did not start (printed %q)", wire.Clip200(line))
 		}
 		p.URL = line
 		return p, nil
@@ -137,31 +137,7 @@ func (p *natsProcess) Close() {
 	}
 }
 
-// rss is the child's resident set size, from /proc/<pid>/status.
+// rss is the child's resident set size.
 func (p *natsProcess) rss() (int64, error) {
-	return procRSS(p.Pid)
-}
-
-// procRSS reads a process's resident set size from /proc/<pid>/statm.
-func procRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0, fmt.Errorf("/proc/%d/statm unreadable", pid)
-	}
-	pages, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("/proc/%d/statm unreadable", pid)
-	}
-	return pages * int64(os.Getpagesize()), nil
-}
-
-func clipLine(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "…"
-	}
-	return s
+	return statmRSS(fmt.Sprintf("/proc/%d/statm", p.Pid))
 }
