@@ -130,8 +130,9 @@ type StreamOptions struct {
 	// RESULTS (default 2m). INTENTS has none (StreamIntentsAnchor).
 	DuplicateWindow time.Duration
 	// MaxAge bounds how long messages are kept (default 24h for INTENTS and
-	// OPS, 1h for RESULTS, 7 days for ALERTS). The ledger, not the stream,
-	// is the record.
+	// OPS, 1h for RESULTS, 7 days for ALERTS); INTENTS and OPS, work
+	// queues, let a message go as soon as it is acted on. The ledger, not
+	// the stream, is the record.
 	MaxAge time.Duration
 	// Memory stores streams in memory (tests, benchmarks); default file.
 	Memory bool
@@ -146,7 +147,12 @@ type StreamOptions struct {
 // it at once.
 //
 // OPS is a work queue: a command leaves the stream once a worker has acked
-// it, so the stream holds only commands still to do.
+// it, so the stream holds only commands still to do. So is INTENTS: an
+// intent leaves it once planner-ingest has it in the ledger (or refused
+// it), so that the stream holds the backlog, not a day of every agent's
+// arguments. JetStream cannot turn an existing stream into a work queue;
+// an INTENTS made with limits retention (before December 2026) is left as
+// it is and named in a warning (docs/protocol.md says how to replace it).
 func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 	b.mu.Lock()
 	b.streams = o
@@ -171,7 +177,7 @@ func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 		// The anchor first: INTENTS sources from it.
 		{Name: StreamIntentsAnchor, Subjects: []string{intentsAnchorSubject}, MaxMsgs: 1, MaxAge: time.Hour,
 			Retention: jetstream.LimitsPolicy, Description: "empty on purpose: INTENTS sources from it so that it dedupes nothing by Nats-Msg-Id"},
-		{Name: wire.StreamIntents, Subjects: []string{wire.IntentSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour), Retention: jetstream.LimitsPolicy,
+		{Name: wire.StreamIntents, Subjects: []string{wire.IntentSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour), Retention: jetstream.WorkQueuePolicy,
 			Sources: []*jetstream.StreamSource{{Name: StreamIntentsAnchor}}},
 		{Name: wire.StreamOps, Subjects: []string{wire.OpsSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour),
 			Retention: jetstream.WorkQueuePolicy, MaxMsgsPerSubject: 1, Duplicates: o.DuplicateWindow},
@@ -241,6 +247,10 @@ func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error
 		}
 		cur.Duplicates = 0
 		fixed = append(fixed, "dedupes nothing by Nats-Msg-Id (sources from "+StreamIntentsAnchor+")")
+	}
+	if sc.Name == wire.StreamIntents && cur.Retention != jetstream.WorkQueuePolicy {
+		b.log.Warn().Str("stream", sc.Name).Str("retention", cur.Retention.String()).
+			Msg("INTENTS keeps every intent until its max age instead of until planner-ingest has it; JetStream cannot make an existing stream a work queue: once planner-ingest has caught up, delete the stream and it is made again (docs/protocol.md)")
 	}
 	if len(fixed) == 0 {
 		return nil

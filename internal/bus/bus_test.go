@@ -404,3 +404,107 @@ func TestIntentsIgnorePublishersMsgID(t *testing.T) {
 	require.False(t, publish(wire.TenantIntentSubject("victim", "wf_1")).Duplicate)
 	require.False(t, publish(wire.TenantIntentSubject("victim", "wf_1")).Duplicate)
 }
+
+// INTENTS is a work queue: an intent stays in the stream while
+// planner-ingest has not acknowledged it (nothing is lost before it is in
+// the ledger) and leaves it once acknowledged, so that the stream holds the
+// backlog, not a day of every agent's arguments.
+//
+// Breaking it: with limits retention both intents stay after their acks.
+func TestIntentsLeaveOnceHandled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	st, err := e.js.Stream(ctx, wire.StreamIntents)
+	require.NoError(t, err)
+	require.Equal(t, jetstream.WorkQueuePolicy, st.CachedInfo().Config.Retention)
+	msgs := func() uint64 {
+		info, err := st.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Msgs
+	}
+	for _, id := range []string{"done", "held"} {
+		_, err := e.js.Publish(ctx, wire.IntentSubject("wf_"+id), []byte(id))
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 2, msgs(), "kept while no consumer exists")
+
+	release, handled := make(chan struct{}), make(chan string, 2)
+	stop, err := e.bus.Consume(ctx, bus.ConsumerConfig{Stream: wire.StreamIntents, Durable: "planner-ingest", Workers: 2},
+		func(hctx context.Context, d bus.Delivery) error {
+			handled <- string(d.Data)
+			if string(d.Data) == "held" {
+				select {
+				case <-release:
+				case <-hctx.Done():
+					return hctx.Err()
+				}
+			}
+			return nil
+		})
+	require.NoError(t, err)
+	defer stop()
+	seen := map[string]bool{<-handled: true, <-handled: true}
+	require.Equal(t, map[string]bool{"done": true, "held": true}, seen)
+	require.Eventually(t, func() bool { return msgs() == 1 }, 10*time.Second, 20*time.Millisecond,
+		"the acknowledged intent should leave; the one in hand should stay")
+	m, err := st.GetLastMsgForSubject(ctx, wire.IntentSubject("wf_held"))
+	require.NoError(t, err)
+	require.Equal(t, "held", string(m.Data))
+	close(release)
+	require.Eventually(t, func() bool { return msgs() == 0 }, 10*time.Second, 20*time.Millisecond)
+}
+
+// An INTENTS made before it became a work queue (limits retention, which
+// JetStream cannot change to a work queue) is left as it is, with its
+// messages, and named in a warning.
+func TestIntentsWithLimitsRetentionLeftAndWarned(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := natsembed.Start(natsembed.Options{})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.StreamIntents, Subjects: []string{wire.IntentSubjectPrefix + ">"},
+		Retention: jetstream.LimitsPolicy, Storage: jetstream.MemoryStorage})
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, wire.IntentSubject("wf_1"), []byte("before"))
+	require.NoError(t, err)
+
+	var logs syncBuffer
+	b, err := bus.Connect(ctx, srv.URL(), "t", zerolog.New(&logs))
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: true}))
+	st, err := js.Stream(ctx, wire.StreamIntents)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, jetstream.LimitsPolicy, info.Config.Retention)
+	require.EqualValues(t, 1, info.State.Msgs, "nothing of what it held is dropped")
+	require.Contains(t, logs.String(), "cannot make an existing stream a work queue")
+}
+
+// syncBuffer is a bytes.Buffer that a logger and the test may share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(s.b)
+}
