@@ -492,7 +492,7 @@ SELECT o.id, o.workflow_id, o.run_id, o.tool, o.tool_version, o.intent, o.entity
 WHERE operation_unsettled(o.state) AND o.state IN ('pending_dispatch', 'unknown_outcome', 'acknowledged')
   AND o.updated_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
   AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.operation_id = o.id AND b.sent_at IS NULL AND b.parked_at IS NULL)
-  AND NOT EXISTS (SELECT 1 FROM outbox_batches bb WHERE o.id = ANY(bb.operation_ids))
+  AND o.id NOT IN (SELECT q.id FROM outbox_batches bb CROSS JOIN LATERAL unnest(bb.operation_ids) AS q(id) WHERE q.id IS NOT NULL)
   AND NOT EXISTS (SELECT 1 FROM reconcile_lookups l WHERE l.operation_id = o.id AND l.version = o.version
                   AND l.next_at >= coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8))
   -- the next page of one pass: re-driving changes nothing this orders by
@@ -518,7 +518,11 @@ type OperationListUnattendedParams struct {
 // maintenance leader only and reads operations_unsettled_idx (only the
 // operations that have not settled, named by its predicate
 // operation_unsettled); the NOT EXISTS probes only unsent
-// outbox rows (outbox_unsent_idx), few by design. A reconcile command that
+// outbox rows (outbox_unsent_idx), few by design, and the operations with a
+// message in outbox_batches are read once, as a set (NOT IN over a hashed
+// subplan), not searched batch by batch for every candidate: during a NATS
+// outage every pending operation is a candidate and every batch still
+// waits. A reconcile command that
 // the reconciler is only holding back (it looked and will look again:
 // reconcile_lookups.next_at) is alive, not lost, until its next lookup is
 // overdue by the cutoff as well: writing it again would only reset

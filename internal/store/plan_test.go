@@ -237,3 +237,58 @@ func withParam(connString, name, value string) string {
 	}
 	return connString + "?" + name + "=" + value
 }
+
+// The re-drive's candidates are the pending operations older than its
+// cutoff that have no message waiting; during a NATS outage that is every
+// pending operation, and every batch of outbox_batches still waits. The
+// operations named in outbox_batches must be read once for the whole pass,
+// as a set, not searched batch by batch for each candidate (a scan of the
+// table per candidate: candidates × batches). The test queues 30
+// operations, each in a batch of its own, and runs the statement under
+// EXPLAIN ANALYZE: it must find none of them unattended and read
+// outbox_batches in one loop.
+//
+// Breaking it: put back NOT EXISTS (… WHERE o.id = ANY(bb.operation_ids)):
+// outbox_batches is then scanned 30 times.
+func TestUnattendedReadsQueuedOperationsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := Open(ctx, testdb.New(t), Options{MaxConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	const n = 30
+	for i := range n {
+		o := &op.Operation{
+			ID: op.NewID("op"), WorkflowID: "wf_unattended", Tool: "capture_payment", ToolVersion: 1, Intent: "collect_payment",
+			Args: []byte(`{"i":1}`), ArgsHash: fmt.Sprintf("%064x", i), Class: op.ClassExternalIrreversible,
+			IdempotencyKey: fmt.Sprintf("unattended-%d", i),
+		}
+		_, err := st.Submit(ctx, Submission{Source: "nats:intents", EventID: fmt.Sprintf("evt_unattended_%d", i), Payload: []byte(`{}`),
+			WorkflowID: o.WorkflowID, Operation: o, Initial: op.EventEnqueue,
+			Outbox: func(*op.Operation) []Message {
+				return []Message{{Subject: "opledger.ops.dispatch.capture_payment", MsgID: "dispatch:" + o.ID, Payload: []byte(o.ID), OperationID: o.ID}}
+			}})
+		require.NoError(t, err)
+	}
+	var batches, pending int
+	require.NoError(t, st.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_batches), (SELECT count(*) FROM operations WHERE state = 'pending_dispatch')`).
+		Scan(&batches, &pending))
+	require.Equal(t, [2]int{n, n}, [2]int{batches, pending}, "the fixture: one waiting batch per pending operation")
+
+	got, err := st.OperationsUnattended(ctx, 0, nil, 100)
+	require.NoError(t, err)
+	require.Empty(t, got, "an operation whose command waits in outbox_batches is attended")
+
+	// The statement as the store prepared it on its one connection, with
+	// the pass's arguments (now, older than, after, after id, rows).
+	var stmt string
+	require.NoError(t, st.pool.QueryRow(ctx, `SELECT name FROM pg_prepared_statements
+		WHERE statement LIKE '-- name: OperationListUnattended %'`).Scan(&stmt))
+	var plan []map[string]any
+	require.NoError(t, st.pool.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE %q (NULL, 0, NULL, '', 100)`, stmt)).Scan(&plan))
+	scans := scansOf(plan[0]["Plan"].(map[string]any), "outbox_batches")
+	require.NotEmpty(t, scans, "no scan of outbox_batches in the plan")
+	for _, s := range scans {
+		require.EqualValues(t, 1, s["Actual Loops"], "outbox_batches read %v times in one pass (%v)", s["Actual Loops"], s["Node Type"])
+	}
+}
