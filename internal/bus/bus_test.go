@@ -430,7 +430,8 @@ func TestIntentsLeaveOnceHandled(t *testing.T) {
 	require.EqualValues(t, 2, msgs(), "kept while no consumer exists")
 
 	release, handled := make(chan struct{}), make(chan string, 2)
-	stop, err := e.bus.Consume(ctx, bus.ConsumerConfig{Stream: wire.StreamIntents, Durable: "planner-ingest", Workers: 2},
+	stop, err := e.bus.Consume(ctx, bus.ConsumerConfig{Stream: wire.StreamIntents, Durable: "planner-ingest", Workers: 2,
+		Filters: []string{wire.IntentSubjectPrefix + ">"}},
 		func(hctx context.Context, d bus.Delivery) error {
 			handled <- string(d.Data)
 			if string(d.Data) == "held" {
@@ -453,6 +454,13 @@ func TestIntentsLeaveOnceHandled(t *testing.T) {
 	require.Equal(t, "held", string(m.Data))
 	close(release)
 	require.Eventually(t, func() bool { return msgs() == 0 }, 10*time.Second, 20*time.Millisecond)
+
+	// One reader: a second consumer (another fleet, an audit tap) is
+	// refused at its start, loudly, rather than splitting the intents.
+	_, err = e.bus.Consume(ctx, bus.ConsumerConfig{Stream: wire.StreamIntents, Durable: "planner-ingest-blue", Workers: 1,
+		Filters: []string{wire.IntentSubjectPrefix + ">"}},
+		func(context.Context, bus.Delivery) error { return nil })
+	require.ErrorContains(t, err, "not unique on workqueue stream")
 }
 
 // An INTENTS made before it became a work queue (limits retention, which
