@@ -456,7 +456,9 @@ func TestIntentsLeaveOnceHandled(t *testing.T) {
 	require.Eventually(t, func() bool { return msgs() == 0 }, 10*time.Second, 20*time.Millisecond)
 
 	// One reader: a second consumer (another fleet, an audit tap) is
-	// refused at its start, loudly, rather than splitting the intents.
+	// refused at its start, loudly. With limits retention it would have
+	// been given every intent too: a second fleet ingesting each twice,
+	// a tap reading every agent's arguments.
 	_, err = e.bus.Consume(ctx, bus.ConsumerConfig{Stream: wire.StreamIntents, Durable: "planner-ingest-blue", Workers: 1,
 		Filters: []string{wire.IntentSubjectPrefix + ">"}},
 		func(context.Context, bus.Delivery) error { return nil })
