@@ -151,7 +151,10 @@ func TestRelaysPublishEveryRowOnce(t *testing.T) {
 
 	var relays []*outbox.Relay
 	for i := range 3 {
-		relays = append(relays, runRelay(t, b, outbox.Config{ID: fmt.Sprintf("relay-%d", i), BatchSize: 20, PollInterval: 50 * time.Millisecond}))
+		// Batches of 5: a hundred claims, so that the relay started first is
+		// still draining when the others start, even on a loaded machine
+		// (with batches of 20 one relay once took all 500 under CI).
+		relays = append(relays, runRelay(t, b, outbox.Config{ID: fmt.Sprintf("relay-%d", i), BatchSize: 5, PollInterval: 50 * time.Millisecond}))
 	}
 	require.Eventually(t, b.drained, 15*time.Second, 20*time.Millisecond, "the relays did not drain the outbox")
 
