@@ -31,19 +31,27 @@ func newEnv(t *testing.T) env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := natsembed.Start(natsembed.Options{})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	b, err := bus.Connect(ctx, srv.URL(), "t", zerolog.Nop())
+	url, js := newServer(t)
+	b, err := bus.Connect(ctx, url, "t", zerolog.Nop())
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 	require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: true}))
+	return env{bus: b, js: js}
+}
+
+// newServer starts an embedded JetStream with no streams and returns its
+// URL and a plain JetStream client on it.
+func newServer(t *testing.T) (string, jetstream.JetStream) {
+	t.Helper()
+	srv, err := natsembed.Start(natsembed.Options{})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
 	nc, err := nats.Connect(srv.URL())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	return env{bus: b, js: js}
+	return srv.URL(), js
 }
 
 // publish sends n messages, one per subject prefix.<i> (the OPS stream keeps
@@ -472,22 +480,15 @@ func TestIntentsWithLimitsRetentionLeftAndWarned(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := natsembed.Start(natsembed.Options{})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.URL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.StreamIntents, Subjects: []string{wire.IntentSubjectPrefix + ">"},
+	url, js := newServer(t)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.StreamIntents, Subjects: []string{wire.IntentSubjectPrefix + ">"},
 		Retention: jetstream.LimitsPolicy, Storage: jetstream.MemoryStorage})
 	require.NoError(t, err)
 	_, err = js.Publish(ctx, wire.IntentSubject("wf_1"), []byte("before"))
 	require.NoError(t, err)
 
 	var logs syncBuffer
-	b, err := bus.Connect(ctx, srv.URL(), "t", zerolog.New(&logs))
+	b, err := bus.Connect(ctx, url, "t", zerolog.New(&logs))
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 	require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: true}))

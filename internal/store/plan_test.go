@@ -33,11 +33,7 @@ func TestHotStatementsRunCachedGenericPlans(t *testing.T) {
 	t.Cleanup(st.Close)
 
 	for i := range 12 {
-		o := &op.Operation{
-			ID: op.NewID("op"), WorkflowID: "wf_plan", Tool: "capture_payment", ToolVersion: 1, Intent: "collect_payment",
-			Args: []byte(`{"i":1}`), ArgsHash: fmt.Sprintf("%064x", i), Class: op.ClassExternalIrreversible,
-			IdempotencyKey: fmt.Sprintf("plan-%d", i),
-		}
+		o := planOperation("plan", i)
 		res, err := st.Submit(ctx, Submission{Source: "nats:intents", EventID: fmt.Sprintf("evt_plan_%d", i), Payload: []byte(`{}`),
 			WorkflowID: o.WorkflowID, Operation: o, Initial: op.EventEnqueue})
 		require.NoError(t, err)
@@ -69,6 +65,16 @@ func TestHotStatementsRunCachedGenericPlans(t *testing.T) {
 		p, ok := plans[name]
 		require.True(t, ok, "%s was not run as a prepared statement on the connection (have %v)", name, plans)
 		require.Positive(t, p[0], "%s: %d generic, %d custom plans: planned again at every execution", name, p[0], p[1])
+	}
+}
+
+// planOperation is operation i of a plan test's workflow wf_<name>, with
+// key <name>-<i>.
+func planOperation(name string, i int) *op.Operation {
+	return &op.Operation{
+		ID: op.NewID("op"), WorkflowID: "wf_" + name, Tool: "capture_payment", ToolVersion: 1, Intent: "collect_payment",
+		Args: []byte(`{"i":1}`), ArgsHash: fmt.Sprintf("%064x", i), Class: op.ClassExternalIrreversible,
+		IdempotencyKey: fmt.Sprintf("%s-%d", name, i),
 	}
 }
 
@@ -258,11 +264,7 @@ func TestUnattendedReadsQueuedOperationsOnce(t *testing.T) {
 	t.Cleanup(st.Close)
 	const n = 30
 	for i := range n {
-		o := &op.Operation{
-			ID: op.NewID("op"), WorkflowID: "wf_unattended", Tool: "capture_payment", ToolVersion: 1, Intent: "collect_payment",
-			Args: []byte(`{"i":1}`), ArgsHash: fmt.Sprintf("%064x", i), Class: op.ClassExternalIrreversible,
-			IdempotencyKey: fmt.Sprintf("unattended-%d", i),
-		}
+		o := planOperation("unattended", i)
 		_, err := st.Submit(ctx, Submission{Source: "nats:intents", EventID: fmt.Sprintf("evt_unattended_%d", i), Payload: []byte(`{}`),
 			WorkflowID: o.WorkflowID, Operation: o, Initial: op.EventEnqueue,
 			Outbox: func(*op.Operation) []Message {
