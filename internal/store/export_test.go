@@ -1,5 +1,7 @@
 package store
 
+import "time"
+
 // RepeatLookups is how many repeats s answered after reading the ledger
 // with OperationRepeatLookup, instead of with what OperationSubmitNew read.
 func RepeatLookups(s *Store) int64 { return s.repeatLookups.Load() }
@@ -22,9 +24,23 @@ func HoldClaims(s *Store) (queued func() int, release func()) {
 }
 
 func hold[T any](g *group[T]) (queued func() int, release func()) {
-	g.mu.Lock()
-	g.running += g.statements
-	g.mu.Unlock()
+	// A write just answered leaves its drain to exit a moment later; held
+	// while it still runs, that drain would take the next write queued
+	// and run it alone. So wait for every drain to end.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		g.mu.Lock()
+		if g.running == 0 {
+			g.running = g.statements
+			g.mu.Unlock()
+			break
+		}
+		g.mu.Unlock()
+		if time.Now().After(deadline) {
+			panic("store: a group statement still runs after 10s; cannot hold the group")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	queued = func() int {
 		g.mu.Lock()
 		defer g.mu.Unlock()
