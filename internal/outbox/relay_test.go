@@ -143,8 +143,32 @@ func runRelay(t *testing.T, b bundle, cfg outbox.Config) *outbox.Relay {
 // live lease makes two relays publish the same row (the plain subscriber sees
 // a msg id twice, publish_count 2); a claim that skips rows (e.g. polling by
 // "id greater than the last seen") leaves rows unsent and the stream short.
+//
+// The rule is checked in every round. A round proves it was exercised only
+// when at least two relays published, which depends on the scheduler: on a
+// loaded machine the relay started first has drained all 500 rows before
+// the others polled (CI saw it with batches of 20, and a test run saw it 3
+// times in 40 under load). So a round in which one relay took everything
+// is run again, on a fresh outbox, up to three rounds in all.
 func TestRelaysPublishEveryRowOnce(t *testing.T) {
 	t.Parallel()
+	const rounds = 3
+	for round := 1; ; round++ {
+		shared := relaysDrainOnce(t)
+		if shared >= 2 {
+			return
+		}
+		if round == rounds {
+			t.Fatalf("in %d rounds one relay drained the whole outbox before the others claimed a row: the rows were never shared", rounds)
+		}
+		t.Logf("round %d: one relay drained the whole outbox; running another round", round)
+	}
+}
+
+// relaysDrainOnce runs three relays over a fresh outbox of 500 rows, checks
+// that every row was published exactly once, and returns how many relays
+// published.
+func relaysDrainOnce(t *testing.T) (shared int) {
 	b := setup(t, pipetest.Options{})
 	const n = 500
 	want := b.enqueue(t, "multi", n)
@@ -152,8 +176,7 @@ func TestRelaysPublishEveryRowOnce(t *testing.T) {
 	var relays []*outbox.Relay
 	for i := range 3 {
 		// Batches of 5: a hundred claims, so that the relay started first is
-		// still draining when the others start, even on a loaded machine
-		// (with batches of 20 one relay once took all 500 under CI).
+		// usually still draining when the others start.
 		relays = append(relays, runRelay(t, b, outbox.Config{ID: fmt.Sprintf("relay-%d", i), BatchSize: 5, PollInterval: 50 * time.Millisecond}))
 	}
 	require.Eventually(t, b.drained, 15*time.Second, 20*time.Millisecond, "the relays did not drain the outbox")
@@ -170,15 +193,12 @@ func TestRelaysPublishEveryRowOnce(t *testing.T) {
 	}
 
 	require.Empty(t, b.Outbox(t), "published rows are deleted")
-	// Not the rule itself, but proof the test exercised it: the rows were
-	// shared between relays rather than drained by one before the others started.
-	shared := 0
 	for _, r := range relays {
 		if claimed, _ := r.Published(); claimed > 0 {
 			shared++
 		}
 	}
-	require.GreaterOrEqual(t, shared, 2, "relays that published claimed rows")
+	return shared
 }
 
 // A relay crashes after JetStream acknowledged its batch but before it
