@@ -17,6 +17,7 @@ import (
 
 	"github.com/opledger/opledger/internal/bus"
 	"github.com/opledger/opledger/internal/natsembed"
+	"github.com/opledger/opledger/internal/testlog"
 	"github.com/opledger/opledger/pkg/wire"
 )
 
@@ -487,7 +488,7 @@ func TestIntentsWithLimitsRetentionLeftAndWarned(t *testing.T) {
 	_, err = js.Publish(ctx, wire.IntentSubject("wf_1"), []byte("before"))
 	require.NoError(t, err)
 
-	var logs syncBuffer
+	var logs testlog.Buffer
 	b, err := bus.Connect(ctx, url, "t", zerolog.New(&logs))
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
@@ -499,23 +500,4 @@ func TestIntentsWithLimitsRetentionLeftAndWarned(t *testing.T) {
 	require.Equal(t, jetstream.LimitsPolicy, info.Config.Retention)
 	require.EqualValues(t, 1, info.State.Msgs, "nothing of what it held is dropped")
 	require.Contains(t, logs.String(), "cannot make an existing stream a work queue")
-}
-
-// syncBuffer is a bytes.Buffer that a logger and the test may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b = append(s.b, p...)
-	return len(p), nil
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return string(s.b)
 }

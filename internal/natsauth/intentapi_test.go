@@ -18,6 +18,7 @@ import (
 	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/natsauth"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testlog"
 	"github.com/opledger/opledger/pkg/op"
 )
 
@@ -40,14 +41,14 @@ func TestIntentAPISubmitsAsTheTenantsAgent(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
 	require.NoError(t, os.WriteFile(tokens, []byte(entry.Line()+"\n"), 0o600))
 
-	start := func(secrets string) (string, *syncBuffer) {
+	start := func(secrets string) (string, *testlog.Buffer) {
 		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": s.url, "OPLEDGER_HTTP_ADDR": addr, "OPLEDGER_API_TOKENS": tokens,
 			"OPLEDGER_NATS_USER": app.PlannerIngest, "OPLEDGER_NATS_PASSWORD_FILE": natsauth.PasswordFile(s.dir, app.PlannerIngest)}
 		if secrets != "" {
 			vars["OPLEDGER_INTENT_NATS_SECRETS"] = secrets
 		}
-		logs := &syncBuffer{}
+		logs := &testlog.Buffer{}
 		// Open to loopback for the readiness probe below: the only token
 		// here is an agent's, which reads no process metrics.
 		cfg, err := app.ParseServiceFlags(app.PlannerIngest, []string{"-log", "debug", "-log-format", "json", "-http-open-loopback"}, func(k string) (string, bool) {

@@ -1,7 +1,6 @@
 package natsauth_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/opledger/opledger/internal/pipetest"
 	"github.com/opledger/opledger/internal/reconcile"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testlog"
 	"github.com/opledger/opledger/internal/vendors"
 	"github.com/opledger/opledger/pkg/client"
 	"github.com/opledger/opledger/pkg/op"
@@ -25,24 +25,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
-
-// syncBuffer collects log lines from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The whole pipeline runs on the shipped configuration, each service as its
 // own user with only its permissions, as separate processes would (one
@@ -61,7 +43,7 @@ func TestPipelineWithServicesAsTheirUsers(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(vs.Close)
 	reg := pipetest.LoadRegistry(t, vs.URL(), pipetest.DefaultToolTimeout)
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	log := zerolog.New(logs).Level(zerolog.WarnLevel)
 
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -20,6 +20,7 @@ import (
 	"github.com/opledger/opledger/internal/natsembed"
 	"github.com/opledger/opledger/internal/pipetest"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testlog"
 )
 
 func freePort(t *testing.T) int {
@@ -56,7 +57,7 @@ func TestServiceBinaryAuthenticatesFromItsEnvironment(t *testing.T) {
 	t.Cleanup(func() { ns.Shutdown() })
 
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	cfg, err := app.ParseServiceFlags(app.Reconciler, []string{"-log", "debug", "-log-format", "json", "-http", httpAddr}, func(k string) (string, bool) {
 		v, ok := map[string]string{
 			"DATABASE_URL": testdb.New(t), "NATS_URL": ns.URL(),

@@ -31,6 +31,7 @@ import (
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testlog"
 	"github.com/opledger/opledger/internal/vendors"
 	"github.com/opledger/opledger/internal/webhook"
 	"github.com/opledger/opledger/pkg/op"
@@ -65,27 +66,9 @@ func signStripe(secret string, ts int64, body []byte) string {
 	return fmt.Sprintf("t=%d,v1=%s", ts, hex.EncodeToString(mac.Sum(nil)))
 }
 
-// syncBuffer collects log lines from concurrent handlers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type bundle struct {
 	*pipetest.Env
-	logs     *syncBuffer // everything the intake and the settler logged, at debug level
+	logs     *testlog.Buffer // everything the intake and the settler logged, at debug level
 	url      string
 	metrics  *prometheus.Registry
 	m        *telemetry.Metrics // registered in metrics
@@ -111,7 +94,7 @@ func setup(t *testing.T) bundle {
 	require.NoError(t, err)
 	pi, err := webhook.ParseSecrets(registry.SchemeStripe, []string{stripeSecret})
 	require.NoError(t, err)
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	log := zerolog.New(logs).Level(zerolog.DebugLevel)
 	settler := evidence.New(e.Registry, m, log)
 	in, err := webhook.New(webhook.Config{Registry: e.Registry, Store: st, Evidence: settler, Metrics: m, Log: log,
