@@ -41,15 +41,50 @@ type proxies struct {
 	srv    *toxiproxy.ApiServer
 	links  map[string]*toxiproxy.Proxy
 	groups map[string][]string
+	// held releases the ports of the links that are cut (System.CutLink).
+	heldMu sync.Mutex
+	held   map[string]func()
+}
+
+// hold keeps the port of a stopped link until release.
+func (p *proxies) hold(px *toxiproxy.Proxy) error {
+	release, err := holdPort(px.Listen)
+	if err != nil {
+		return err
+	}
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	if old := p.held[px.Name]; old != nil {
+		old()
+	}
+	p.held[px.Name] = release
+	return nil
+}
+
+// release lets go of a held port, if px's is held.
+func (p *proxies) release(px *toxiproxy.Proxy) {
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	if r := p.held[px.Name]; r != nil {
+		r()
+		delete(p.held, px.Name)
+	}
 }
 
 func newProxies(t testing.TB) *proxies {
-	return &proxies{
+	p := &proxies{
 		t:      t,
 		srv:    toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()),
 		links:  map[string]*toxiproxy.Proxy{},
 		groups: map[string][]string{},
+		held:   map[string]func(){},
 	}
+	t.Cleanup(func() {
+		for _, px := range p.links {
+			p.release(px)
+		}
+	})
+	return p
 }
 
 // add starts a proxy named name from a free loopback port to upstream and

@@ -378,10 +378,15 @@ func (s *System) RemoveToxic(link, name string) {
 }
 
 // CutLink closes a link: every connection through it is closed and new ones
-// are refused, as when a dependency goes down.
+// are refused, as when a dependency goes down. The link keeps its port
+// while cut (holdPort), so that RestoreLink can listen there again.
 func (s *System) CutLink(link string) {
+	s.t.Helper()
 	for _, px := range s.px.link(link) {
 		px.Stop()
+		if err := s.px.hold(px); err != nil {
+			s.t.Fatalf("proctest: cut link %s: %v", px.Name, err)
+		}
 	}
 }
 
@@ -389,6 +394,7 @@ func (s *System) CutLink(link string) {
 func (s *System) RestoreLink(link string) {
 	s.t.Helper()
 	for _, px := range s.px.link(link) {
+		s.px.release(px)
 		if err := px.Start(); err != nil {
 			s.t.Fatalf("proctest: restore link %s: %v", px.Name, err)
 		}
