@@ -29,6 +29,7 @@ import (
 	"github.com/opledger/opledger/internal/reconcile"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testlog"
 	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/wire"
 )
@@ -132,24 +133,6 @@ func (v *canaryVendor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// syncBuf collects log lines from every goroutine.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // One canary secret goes through every path opledger has for a secret —
 // the vendor's API key (a secret header), a sensitive argument (valid
 // intents, and intents refused for that very argument or for another),
@@ -173,7 +156,7 @@ func TestCanarySecretNeverLeaks(t *testing.T) {
 	vendor := &canaryVendor{calls: map[string]int{}}
 	vsrv := httptest.NewServer(vendor)
 	t.Cleanup(vsrv.Close)
-	logs := &syncBuf{}
+	logs := &testlog.Buffer{}
 	lg := zerolog.New(logs).Level(zerolog.DebugLevel)
 
 	adminToken, adminEntry, err := api.GenerateToken("root", ops.RoleAdmin)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testlog"
 )
 
 // TestDevAPIStaysOnLoopbackBehindItsToken: dev prints an admin token, so
@@ -39,7 +40,7 @@ func TestDevAPIStaysOnLoopbackBehindItsToken(t *testing.T) {
 		return "", false
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuf // canary_test.go
+	var out, errOut testlog.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- runDev(ctx, []string{"-http", "127.0.0.1:0", "-log", "disabled", "-dispatchers", "1"}, env, &out, &errOut)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,28 +16,16 @@ import (
 
 	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testlog"
 	"github.com/opledger/opledger/pkg/client"
 	"github.com/opledger/opledger/pkg/wire"
 )
 
-// lockedBuffer is a bytes.Buffer that the stack's goroutines may write to
-// while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) lines() []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// jsonLines parses what a logger wrote into its JSON lines; other lines
+// are skipped.
+func jsonLines(logged string) []map[string]any {
 	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	sc := bufio.NewScanner(strings.NewReader(logged))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var m map[string]any
@@ -57,7 +44,7 @@ func (b *lockedBuffer) lines() []map[string]any {
 func TestEveryLogLineNamesServiceAndInstance(t *testing.T) {
 	t.Parallel()
 	cs := testdb.New(t)
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	log := zerolog.New(&logs).Level(zerolog.DebugLevel).With().Timestamp().Logger()
 	d, err := app.StartStack(context.Background(), app.StackConfig{
 		Infra:    app.InfraConfig{DatabaseURL: cs, MemoryStreams: true, Log: zerolog.Nop()},
@@ -83,7 +70,7 @@ func TestEveryLogLineNamesServiceAndInstance(t *testing.T) {
 	require.NoError(t, err)
 
 	refused := func() bool {
-		for _, l := range logs.lines() {
+		for _, l := range jsonLines(logs.String()) {
 			if l["message"] == "attempt recorded" && l["error_category"] != "" && l["error_category"] != nil {
 				require.Equal(t, "warn", l["level"], "a failed attempt is logged at %v: %v", l["level"], l)
 				return true
@@ -94,7 +81,7 @@ func TestEveryLogLineNamesServiceAndInstance(t *testing.T) {
 	require.Eventually(t, refused, 30*time.Second, 100*time.Millisecond, "no attempt against the closed port was logged")
 	d.Close()
 
-	lines := logs.lines()
+	lines := jsonLines(logs.String())
 	require.NotEmpty(t, lines)
 	services := map[string]bool{}
 	for _, l := range lines {

@@ -80,8 +80,10 @@ func newProxies(t testing.TB) *proxies {
 		held:   map[string]func(){},
 	}
 	t.Cleanup(func() {
-		for _, px := range p.links {
-			p.release(px)
+		p.heldMu.Lock()
+		defer p.heldMu.Unlock()
+		for _, release := range p.held {
+			release()
 		}
 	})
 	return p

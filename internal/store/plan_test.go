@@ -28,15 +28,10 @@ import (
 func TestHotStatementsRunCachedGenericPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := Open(ctx, testdb.New(t), Options{MaxConns: 1})
-	require.NoError(t, err)
-	t.Cleanup(st.Close)
+	st := oneConnStore(t)
 
 	for i := range 12 {
-		o := planOperation("plan", i)
-		res, err := st.Submit(ctx, Submission{Source: "nats:intents", EventID: fmt.Sprintf("evt_plan_%d", i), Payload: []byte(`{}`),
-			WorkflowID: o.WorkflowID, Operation: o, Initial: op.EventEnqueue})
-		require.NoError(t, err)
+		res := submitPlanned(t, st, "plan", i, nil)
 		claimed, att, err := st.BeginAttempt(ctx, res.Operation.ID, 0, "w1", 2*time.Second)
 		require.NoError(t, err)
 		done := *att
@@ -76,6 +71,27 @@ func planOperation(name string, i int) *op.Operation {
 		Args: []byte(`{"i":1}`), ArgsHash: fmt.Sprintf("%064x", i), Class: op.ClassExternalIrreversible,
 		IdempotencyKey: fmt.Sprintf("%s-%d", name, i),
 	}
+}
+
+// oneConnStore opens a store on a database of its own with one connection,
+// so that every statement is prepared on the connection the test inspects.
+func oneConnStore(t *testing.T) *Store {
+	t.Helper()
+	st, err := Open(context.Background(), testdb.New(t), Options{MaxConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	return st
+}
+
+// submitPlanned submits planOperation(name, i) as a new intent, enqueued
+// for dispatch, with outbox's messages (nil: none).
+func submitPlanned(t *testing.T, st *Store, name string, i int, outbox func(*op.Operation) []Message) *SubmitResult {
+	t.Helper()
+	o := planOperation(name, i)
+	res, err := st.Submit(context.Background(), Submission{Source: "nats:intents", EventID: fmt.Sprintf("evt_%s_%d", name, i), Payload: []byte(`{}`),
+		WorkflowID: o.WorkflowID, Operation: o, Initial: op.EventEnqueue, Outbox: outbox})
+	require.NoError(t, err)
+	return res
 }
 
 // genericPlan returns the generic plan of the named query, prepared on conn
@@ -259,18 +275,12 @@ func withParam(connString, name, value string) string {
 func TestUnattendedReadsQueuedOperationsOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := Open(ctx, testdb.New(t), Options{MaxConns: 1})
-	require.NoError(t, err)
-	t.Cleanup(st.Close)
+	st := oneConnStore(t)
 	const n = 30
 	for i := range n {
-		o := planOperation("unattended", i)
-		_, err := st.Submit(ctx, Submission{Source: "nats:intents", EventID: fmt.Sprintf("evt_unattended_%d", i), Payload: []byte(`{}`),
-			WorkflowID: o.WorkflowID, Operation: o, Initial: op.EventEnqueue,
-			Outbox: func(*op.Operation) []Message {
-				return []Message{{Subject: "opledger.ops.dispatch.capture_payment", MsgID: "dispatch:" + o.ID, Payload: []byte(o.ID), OperationID: o.ID}}
-			}})
-		require.NoError(t, err)
+		submitPlanned(t, st, "unattended", i, func(o *op.Operation) []Message {
+			return []Message{{Subject: "opledger.ops.dispatch.capture_payment", MsgID: "dispatch:" + o.ID, Payload: []byte(o.ID), OperationID: o.ID}}
+		})
 	}
 	var batches, pending int
 	require.NoError(t, st.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_batches), (SELECT count(*) FROM operations WHERE state = 'pending_dispatch')`).
