@@ -84,6 +84,11 @@ type steadyInterval struct {
 	// execution time per operation that rise are work that grows with
 	// time or with the tables.
 	PGSS *pgssReport `json:"pgss,omitempty"`
+	// Maintenance is the vacuums and analyzes seen running in the
+	// interval (sampled every maintenancePeriod), MaintenanceError why
+	// the progress views could not be read.
+	Maintenance      []maintenanceSeen `json:"maintenance,omitempty"`
+	MaintenanceError string            `json:"maintenance_error,omitempty"`
 }
 
 // steadyVerdict compares the mean of the last third of the intervals with
@@ -177,6 +182,10 @@ func (b *bench) steady(ctx context.Context) error {
 	defer stopProfile()
 	dataDir := b.dataDirectory(ctx)
 	if err := b.resetPGSS(ctx); err != nil {
+		return err
+	}
+	maint := &maintenanceLog{}
+	if err := watchMaintenance(runCtx, b.d.Infra.DatabaseURL, maint); err != nil {
 		return err
 	}
 	cpuPrev, groupPrev := sampleCPU(dataDir, b.natsPid()), b.d.Services.Store.GroupStats()
@@ -291,6 +300,11 @@ func (b *bench) steady(ctx context.Context) error {
 		if iv.Tables, err = b.tableStats(ctx, hotTables); err != nil {
 			return err
 		}
+		seen, merr := maint.take()
+		iv.Maintenance = seen
+		if merr != nil {
+			iv.MaintenanceError = merr.Error()
+		}
 		b.d.Vendors.Reset()
 		s.Intervals = append(s.Intervals, iv)
 		iv.print(b.out)
@@ -379,6 +393,7 @@ func (iv *steadyInterval) print(w io.Writer) {
 		iv.PGSS.printShort(w, "           ", 3)
 	}
 	printTables(w, "           ", iv.Tables)
+	printMaintenance(w, "           ", iv.Maintenance, iv.MaintenanceError)
 }
 
 // oldestDue is the earliest due time of the arrivals pending, or now when
