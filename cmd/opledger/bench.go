@@ -152,6 +152,7 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	fs.DurationVar(&cfg.Duration, "duration", 0, "steady mode: run at -rate for this long instead of the default measurements")
 	fs.DurationVar(&cfg.Interval, "interval", time.Minute, "steady mode: report every interval")
 	fs.DurationVar(&cfg.Drain, "drain", drainTimeout, "how long an open-loop run waits for answers after its last arrival; one still without an answer then is lost to the bench")
+	fs.BoolVar(&scatteredKeys, "scattered-keys", false, "order ids, and so idempotency keys and entity ids, begin with a hash instead of the run id, so that new keys land all over the ledger's key indexes as business keys do")
 	fs.BoolVar(&cfg.PGSS, "pgss", false, "pg_stat_statements figures per operation (a private cluster preloads the extension)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print every figure as one JSON document on stdout (the text report goes to stderr)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run (steady mode: of the steady run) to this file")

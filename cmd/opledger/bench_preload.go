@@ -59,7 +59,7 @@ type preloadReport struct {
 func preloadIntent(prefix string, i int) wire.Intent {
 	wf := fmt.Sprintf("%s_w%d", prefix, i/preloadWorkflowSize)
 	return wire.Intent{Spec: wire.SpecIntent, EventID: fmt.Sprintf("%s:call_%d", wf, i), WorkflowID: wf, Tool: benchTool,
-		Args: benchArgs(fmt.Sprintf("%s_%d", prefix, i), i)}
+		Args: benchArgs(orderID(prefix, i), i)}
 }
 
 // preload builds a ledger of -preload completed operations, as the
@@ -259,7 +259,7 @@ func (b *bench) template(ctx context.Context) (*template, error) {
 	add(col(ops, "entity_id"), tokEntity)
 	add(col(ops, "dedupe_key"), tokDedupe)
 	add(col(ops, "trace_id"), tokTrace)
-	add(fmt.Sprintf("%s_0", wf), tokOrder)
+	add(orderID(wf, 0), tokOrder)
 	add(wf, tokWorkflow)
 	for _, ct := range t.tables {
 		add(col(ct, "payload_hash"), tokPayloadHash)
@@ -457,7 +457,7 @@ func (p *preloader) clone(i int, rng *mrand.Rand) (cloneVals, error) {
 		case tokWorkflow:
 			v = in.WorkflowID
 		case tokOrder:
-			v = fmt.Sprintf("%s_%d", p.prefix, i)
+			v = orderID(p.prefix, i)
 		case tokArgs:
 			v = string(o.Args)
 		case tokArgsHash:

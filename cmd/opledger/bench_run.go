@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,7 +24,27 @@ const benchTool = "capture_payment"
 // operations in the same database.
 func benchIntent(wf string, i int) wire.Intent {
 	return wire.Intent{EventID: fmt.Sprintf("%s:call_%d", wf, i), WorkflowID: wf, Tool: benchTool,
-		Args: benchArgs(fmt.Sprintf("%s_%d", wf, i), i)}
+		Args: benchArgs(orderID(wf, i), i)}
+}
+
+// scatteredKeys is -scattered-keys: order ids, and so the idempotency keys
+// and entity ids made from them, begin with a hash of the run and the
+// intent's number rather than with the run id. Business keys (an order, a
+// ticket, an invoice) come in no order, so a real ledger's new keys land all
+// over its key indexes, each on a leaf page of its own; the bench's own
+// keys, a run's after another's, land next to each other.
+var scatteredKeys bool
+
+// orderID is the order of intent i of a phase or preload with prefix.
+func orderID(prefix string, i int) string { return orderIDOf(prefix, i, scatteredKeys) }
+
+func orderIDOf(prefix string, i int, scattered bool) string {
+	if scattered {
+		h := fnv.New32a()
+		fmt.Fprintf(h, "%s_%d", prefix, i)
+		return fmt.Sprintf("%08x_%s_%d", h.Sum32(), prefix, i)
+	}
+	return fmt.Sprintf("%s_%d", prefix, i)
 }
 
 // benchArgs are the capture's arguments for an order.
