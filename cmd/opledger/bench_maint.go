@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,33 +39,27 @@ type progressRow struct {
 
 // maintenanceLog gathers the samples of one interval.
 type maintenanceLog struct {
-	mu     sync.Mutex
-	seen   []*maintenanceSeen // in the order first seen
-	latest map[[2]string]bool // in the newest sample
-	err    error
+	mu   sync.Mutex
+	seen []maintenanceSeen // in the order first seen; Running: in the newest sample
+	err  error
 }
 
 // add records one sample taken period after the one before.
 func (l *maintenanceLog) add(rows []progressRow, period time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.latest = map[[2]string]bool{}
+	for i := range l.seen {
+		l.seen[i].Running = false
+	}
 	for _, r := range rows {
-		k := [2]string{r.Command, r.Table}
-		l.latest[k] = true
-		var m *maintenanceSeen
-		for _, s := range l.seen {
-			if s.Command == r.Command && s.Table == r.Table {
-				m = s
-				break
-			}
+		i := slices.IndexFunc(l.seen, func(m maintenanceSeen) bool { return m.Command == r.Command && m.Table == r.Table })
+		if i < 0 {
+			l.seen = append(l.seen, maintenanceSeen{Command: r.Command, Table: r.Table})
+			i = len(l.seen) - 1
 		}
-		if m == nil {
-			m = &maintenanceSeen{Command: r.Command, Table: r.Table}
-			l.seen = append(l.seen, m)
-		}
-		m.Seconds += period.Seconds()
-		m.Phase = r.Phase
+		l.seen[i].Seconds += period.Seconds()
+		l.seen[i].Phase = r.Phase
+		l.seen[i].Running = true
 	}
 }
 
@@ -82,13 +77,7 @@ func (l *maintenanceLog) fail(err error) {
 func (l *maintenanceLog) take() ([]maintenanceSeen, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]maintenanceSeen, 0, len(l.seen))
-	for _, s := range l.seen {
-		m := *s
-		m.Running = l.latest[[2]string{s.Command, s.Table}]
-		out = append(out, m)
-	}
-	err := l.err
+	out, err := l.seen, l.err
 	l.seen, l.err = nil, nil
 	return out, err
 }
@@ -124,12 +113,7 @@ func watchMaintenance(ctx context.Context, url string, l *maintenanceLog) error 
 			rows, err := conn.Query(ctx, maintenanceQuery)
 			if err == nil {
 				var got []progressRow
-				got, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (progressRow, error) {
-					var p progressRow
-					err := r.Scan(&p.Command, &p.Table, &p.Phase)
-					return p, err
-				})
-				if err == nil {
+				if got, err = pgx.CollectRows(rows, pgx.RowToStructByPos[progressRow]); err == nil {
 					l.add(got, maintenancePeriod)
 					continue
 				}
