@@ -36,6 +36,7 @@ type benchConfig struct {
 	LatencyDuration time.Duration
 	Arrivals        benchkit.Arrivals
 	Baseline        bool
+	Floor           bool
 	Preload         int
 	PreloadWorkers  int
 	PreloadChunk    int
@@ -146,6 +147,7 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 	fs.DurationVar(&cfg.LatencyDuration, "latency-duration", 3*time.Second, "length of each open-loop latency run")
 	fs.Var((*arrivalsFlag)(&cfg.Arrivals), "arrivals", "open-loop arrivals: poisson (independent callers) or uniform (evenly spaced)")
 	fs.BoolVar(&cfg.Baseline, "baseline", true, "also run the hand-rolled baseline (idempotency-key table, no bus)")
+	fs.BoolVar(&cfg.Floor, "floor", true, "also run the moderate latency run's and the duplicates' arrivals through the floor of their paths: the same JetStream hops and single-row statements with nothing of opledger's")
 	fs.IntVar(&cfg.Preload, "preload", 0, "first build a ledger of this many completed operations (COPY), then measure on it")
 	fs.IntVar(&cfg.PreloadWorkers, "preload-workers", 4, "connections copying the preload in parallel")
 	fs.IntVar(&cfg.PreloadChunk, "preload-chunk", 20000, "operations per preload transaction")
@@ -201,7 +203,7 @@ func runBench(ctx context.Context, args []string, env func(string) (string, bool
 		Ops: cfg.Ops, Warmup: cfg.Warmup, Concurrency: cfg.Concurrency, Dispatchers: sc.Dispatchers, Relays: sc.Relays,
 		IngestWorkers: sc.IngestWorkers, DispatchWorkers: sc.DispatchWorkers, DBConns: int(sc.DBMaxConns), GroupStatements: sc.GroupStatements,
 		MaxBacklog: sc.IngestMaxBacklog, Durable: f.cfg.Infra.Durable, MemoryStreams: f.cfg.Infra.MemoryStreams, Arrivals: string(cfg.Arrivals),
-		Rate: cfg.Rate.String(), HighLoadPercent: cfg.HighLoad, LatencySeconds: cfg.LatencyDuration.Seconds(),
+		Floor: cfg.Floor, Rate: cfg.Rate.String(), HighLoadPercent: cfg.HighLoad, LatencySeconds: cfg.LatencyDuration.Seconds(),
 		PGSeconds: cfg.PGSeconds, Preload: cfg.Preload, DurationSeconds: cfg.Duration.Seconds(), IntervalSeconds: cfg.Interval.Seconds(),
 		PGSS: cfg.PGSS, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: gcPercent(env), GoVersion: runtime.Version(),
 	}}

@@ -294,6 +294,12 @@ func (b *bench) latencyAt(ctx context.Context, l load) (*latencyReport, error) {
 	r.Lost, r.Failed = res.lost, res.failed
 	r.MaxLateMs, r.DirectMaxLateMs = msf(res.maxLate), msf(directLate)
 	r.OverheadP50, r.OverheadP99 = r.E2E.P50-r.Direct.P50, r.E2E.P99-r.Direct.P99
+	if b.cfg.Floor && l.label == "moderate" {
+		if r.Floor, err = b.floor(ctx, sched, "new", floorNewPath); err != nil {
+			return nil, err
+		}
+		r.Floor.OverheadP50, r.Floor.OverheadP99 = r.Floor.E2E.P50-r.Direct.P50, r.Floor.E2E.P99-r.Direct.P99
+	}
 	r.print(b.out, l.note)
 	return r, nil
 }
@@ -329,6 +335,11 @@ func (b *bench) duplicates(ctx context.Context) error {
 	dr.DuplicateOperation = benchkit.Summarize(res.lat[op.DecisionDuplicateOperation])
 	dr.DuplicateEvent = benchkit.Summarize(res.lat[op.DecisionDuplicateEvent])
 	dr.Lost, dr.Failed, dr.MaxLateMs = res.lost, res.failed, msf(res.maxLate)
+	if b.cfg.Floor {
+		if dr.Floor, err = b.floor(ctx, sched, "dup", floorRepeatPath); err != nil {
+			return err
+		}
+	}
 	dr.print(b.out)
 	return nil
 }

@@ -44,6 +44,7 @@ type benchSettings struct {
 	Durable         bool    `json:"durable"`
 	MemoryStreams   bool    `json:"memory_streams"`
 	Arrivals        string  `json:"arrivals"`
+	Floor           bool    `json:"floor"`
 	Rate            string  `json:"rate"`
 	HighLoadPercent float64 `json:"high_load_percent"`
 	LatencySeconds  float64 `json:"latency_seconds"`
@@ -158,12 +159,16 @@ type latencyReport struct {
 	// PGSS is what the run's operations cost Postgres, statement by
 	// statement (-pgss; the moderate load only).
 	PGSS *pgssReport `json:"pgss,omitempty"`
+	// Floor is the same arrivals through the floor of the path (-floor;
+	// the moderate load only).
+	Floor *floorReport `json:"floor,omitempty"`
 }
 
 func (r *latencyReport) print(w io.Writer, note string) {
 	fmt.Fprintf(w, "latency at %.0f ops/s (%s, %s arrivals, %d intents in %s): intent→completed_success p50 %s p99 %s; direct vendor call p50 %s p99 %s\n",
 		r.Rate, note, r.Arrivals, r.Intents, time.Duration(r.Seconds*float64(time.Second)), msStr(r.E2E.P50), msStr(r.E2E.P99), msStr(r.Direct.P50), msStr(r.Direct.P99))
 	fmt.Fprintf(w, "  overhead added by opledger: p50 %s  p99 %s%s\n", msStr(r.OverheadP50), msStr(r.OverheadP99), r.trouble())
+	r.Floor.print(w)
 	r.PGSS.print(w, "  ")
 }
 
@@ -192,6 +197,9 @@ type duplicatesReport struct {
 	Lost               int           `json:"lost"`
 	Failed             int           `json:"failed"`
 	MaxLateMs          float64       `json:"max_late_ms"`
+	// Floor is the same arrivals through the floor of a repeat's path
+	// (-floor).
+	Floor *floorReport `json:"floor,omitempty"`
 }
 
 func (d *duplicatesReport) print(w io.Writer) {
@@ -201,6 +209,7 @@ func (d *duplicatesReport) print(w io.Writer) {
 		fmt.Fprintf(w, " (%d without an answer, %d answered otherwise)", d.Lost, d.Failed)
 	}
 	fmt.Fprintln(w)
+	d.Floor.print(w)
 }
 
 // sideBySide prints opledger's figures beside the baseline's.

@@ -75,10 +75,23 @@ func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 		require.Zero(t, l.Lost+l.Failed, l.Label)
 		require.InDelta(t, l.E2E.P50-l.Direct.P50, l.OverheadP50, 1e-9)
 	}
+	// The moderate run's arrivals went through the floor of a new intent's
+	// path too, every one answered; the high load's did not.
+	fl := rep.Latency[0].Floor
+	require.NotNil(t, fl)
+	require.Equal(t, floorReport{Hops: 3, Commits: 3, Vendor: true}, floorReport{Hops: fl.Hops, Commits: fl.Commits, Reads: fl.Reads, Vendor: fl.Vendor})
+	require.Equal(t, rep.Latency[0].Intents, fl.E2E.N)
+	require.Zero(t, fl.Lost)
+	require.InDelta(t, fl.E2E.P50-rep.Latency[0].Direct.P50, fl.OverheadP50, 1e-9)
+	require.Nil(t, rep.Latency[1].Floor)
 	d := rep.Duplicates
 	require.Positive(t, d.DuplicateOperation.N)
 	require.Positive(t, d.DuplicateEvent.N)
 	require.Equal(t, d.Intents, d.DuplicateOperation.N+d.DuplicateEvent.N, "each repeat answered with its decision")
+	require.NotNil(t, d.Floor)
+	require.Equal(t, floorReport{Hops: 2, Reads: 1}, floorReport{Hops: d.Floor.Hops, Commits: d.Floor.Commits, Reads: d.Floor.Reads, Vendor: d.Floor.Vendor})
+	require.Equal(t, d.Intents, d.Floor.E2E.N)
+	require.Contains(t, text, "floor of this path here (same arrivals through 3 JetStream hops, 3 single-row commits, the vendor call; no ledger)")
 	bl := rep.Baseline
 	require.Positive(t, bl.OpsPerSec)
 	require.Len(t, bl.Latency, 2)
@@ -98,6 +111,9 @@ func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 	conn, err := pgx.Connect(t.Context(), dbURL)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
+	var floorTables int
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE 'floor%'`, benchSchema).Scan(&floorTables))
+	require.Zero(t, floorTables, "the floor drops its tables")
 
 	// The preloaded operations look like the template the pipeline made:
 	// same state, version, events, attempt and inbox decision.
@@ -211,7 +227,7 @@ func TestBenchPGSS(t *testing.T) {
 	t.Parallel()
 	needPrivateCluster(t)
 	prof := filepath.Join(t.TempDir(), "cpu.pprof")
-	rep, text := runBenchJSON(t, map[string]string{}, append([]string{"-pgss", "-durable=false", "-high-load", "0", "-cpuprofile", prof}, tinyBench...)...)
+	rep, text := runBenchJSON(t, map[string]string{}, append([]string{"-pgss", "-durable=false", "-high-load", "0", "-floor=false", "-cpuprofile", prof}, tinyBench...)...)
 	require.Empty(t, rep.PGSSNote, text)
 	for _, p := range []*pgssReport{rep.Throughput.PGSS, rep.Baseline.PGSS} {
 		require.NotNil(t, p, text)
@@ -227,6 +243,9 @@ func TestBenchPGSS(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, rep.Baseline.PGSS.StatementsPerOp, 2.0, "INSERT the key, UPDATE the result")
 	require.Len(t, rep.Latency, 1, "-high-load 0")
+	require.Nil(t, rep.Latency[0].Floor, "-floor=false")
+	require.Nil(t, rep.Duplicates.Floor, "-floor=false")
+	require.NotContains(t, text, "floor of this path")
 	require.Contains(t, text, "pg_stat_statements per operation")
 	st, err := os.Stat(prof)
 	require.NoError(t, err)
