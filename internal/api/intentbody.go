@@ -25,6 +25,7 @@ const (
 	ReasonUnknownField   = "unknown_field"   // a key the intent does not have (case included)
 	ReasonInvalidIntent  = "invalid_intent"  // a field of the wrong type or out of bounds (spec, ids, tool, …)
 	ReasonActorMismatch  = "actor_mismatch"  // actor names someone else than the token's agent
+	ReasonIntentsFull    = "intents_full"    // the INTENTS stream is full: not stored, send it again later
 	ReasonInvalidQuery   = "invalid_query"   // a query parameter unknown, repeated or out of bounds
 )
 

@@ -295,6 +295,9 @@ func (in *Intents) submit(w http.ResponseWriter, r *http.Request, actor ops.Acto
 	case errors.Is(err, client.ErrInvalidIntent):
 		refuse(withReason(ReasonInvalidIntent, err))
 		return
+	case errors.Is(err, client.ErrIntentsFull):
+		refuse(withReason(ReasonIntentsFull, fmt.Errorf("opledger is behind: its backlog of intents is full and this one was not stored; send it again later (sending the same intent again is safe): %w", op.ErrRetryable)))
+		return
 	case err != nil:
 		log.Warn().Err(err).Msg("api: intent not submitted")
 		refuse(fmt.Errorf("the intent could not be handed to NATS; sending the same intent again is safe: %w", op.ErrRetryable))

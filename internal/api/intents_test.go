@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/examples"
@@ -23,6 +25,7 @@ import (
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/internal/vendors"
 	"github.com/opledger/opledger/pkg/op"
+	"github.com/opledger/opledger/pkg/wire"
 )
 
 // allRoutes is every route a process's API serves: the operators' and the
@@ -425,4 +428,29 @@ func TestIntentAPI(t *testing.T) {
 		a = b.do(t, b.ctx, "", "POST", "/v1/intents", "/v1/intents", good)
 		errorOf(t, a, http.StatusUnauthorized, api.CodeUnauthenticated)
 	})
+}
+
+// An intent that a full INTENTS refuses is a 503 with reason intents_full,
+// saying it was not stored, not the generic "could not be handed to NATS"
+// whose outcome is unknown. Breaking it: without the API's case the reason
+// is missing.
+func TestIntentAPIWhenIntentsFull(t *testing.T) {
+	t.Parallel()
+	b := setupIntents(t)
+	nc, err := nats.Connect(b.d.Infra.NATSURL)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := js.Stream(b.ctx, wire.StreamIntents)
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	cfg.MaxBytes = 1 // an operator's bound, which no intent fits in
+	_, err = js.UpdateStream(b.ctx, cfg)
+	require.NoError(t, err)
+
+	a := b.do(t, b.ctx, "bot", "POST", "/v1/intents", "/v1/intents", capture("wf_bot_full:call_1", "wf_bot_full", "ord_full_1", 100))
+	e := errorOf(t, a, http.StatusServiceUnavailable, api.CodeUnavailable)
+	require.Equal(t, api.ReasonIntentsFull, e.Reason, e.Message)
+	require.Contains(t, e.Message, "was not stored")
 }

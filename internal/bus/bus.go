@@ -136,15 +136,32 @@ type StreamOptions struct {
 	MaxAge time.Duration
 	// Memory stores streams in memory (tests, benchmarks); default file.
 	Memory bool
+	// IntentsMaxBytes bounds what INTENTS holds (default
+	// DefaultIntentsMaxBytes); beyond it JetStream refuses new intents.
+	IntentsMaxBytes int64
 }
+
+// DefaultIntentsMaxBytes bounds INTENTS: the intents planner-ingest has not
+// yet put in the ledger, whoever sent them and however fast. An agent that
+// publishes faster than the ledger takes intents in (planner-ingest holds
+// them while the dispatchers are behind, see ingest.Config.MaxBacklog), or
+// while planner-ingest is down, would otherwise fill the NATS server's
+// store, and a server whose JetStream store is full takes no message on any
+// stream: no command, no result, for any tenant. Full, INTENTS refuses new
+// intents (DiscardNew: the publisher's PubAck is an error, and what is
+// stored stays) instead of dropping the oldest, which agents were told were
+// stored. 1 GiB is about 1.5 million intents of the bench's size.
+const DefaultIntentsMaxBytes = 1 << 30
 
 // EnsureStreams creates INTENTS, OPS, RESULTS and ALERTS where they do not exist
 // yet, and remembers o for recreating them should the server lose them.
 // Existing streams are left as the operator configured them, except that
 // OPS must keep at most one message per subject (one live command per
-// operation and kind), and INTENTS must not dedupe by Nats-Msg-Id (see
-// StreamIntentsAnchor); both are set if missing. Several processes may call
-// it at once.
+// operation and kind), INTENTS must not dedupe by Nats-Msg-Id (see
+// StreamIntentsAnchor), and INTENTS must be bounded and refuse new intents
+// when full rather than drop stored ones (DefaultIntentsMaxBytes; a bound an
+// operator set is kept); these are set if missing. Several processes may
+// call it at once.
 //
 // OPS is a work queue: a command leaves the stream once a worker has acked
 // it, so the stream holds only commands still to do. So is INTENTS: an
@@ -163,6 +180,9 @@ func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 	if o.DuplicateWindow == 0 {
 		o.DuplicateWindow = 2 * time.Minute
 	}
+	if o.IntentsMaxBytes <= 0 {
+		o.IntentsMaxBytes = DefaultIntentsMaxBytes
+	}
 	storage := jetstream.FileStorage
 	if o.Memory {
 		storage = jetstream.MemoryStorage
@@ -178,7 +198,7 @@ func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 		{Name: StreamIntentsAnchor, Subjects: []string{intentsAnchorSubject}, MaxMsgs: 1, MaxAge: time.Hour,
 			Retention: jetstream.LimitsPolicy, Description: "empty on purpose: INTENTS sources from it so that it dedupes nothing by Nats-Msg-Id"},
 		{Name: wire.StreamIntents, Subjects: []string{wire.IntentSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour), Retention: jetstream.WorkQueuePolicy,
-			Sources: []*jetstream.StreamSource{{Name: StreamIntentsAnchor}}},
+			MaxBytes: o.IntentsMaxBytes, Discard: jetstream.DiscardNew, Sources: []*jetstream.StreamSource{{Name: StreamIntentsAnchor}}},
 		{Name: wire.StreamOps, Subjects: []string{wire.OpsSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour),
 			Retention: jetstream.WorkQueuePolicy, MaxMsgsPerSubject: 1, Duplicates: o.DuplicateWindow},
 		{Name: wire.StreamResults, Subjects: []string{wire.ResultSubjectPrefix + ">"}, MaxAge: age(time.Hour), Retention: jetstream.LimitsPolicy,
@@ -247,6 +267,14 @@ func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error
 		}
 		cur.Duplicates = 0
 		fixed = append(fixed, "dedupes nothing by Nats-Msg-Id (sources from "+StreamIntentsAnchor+")")
+	}
+	if sc.Name == wire.StreamIntents && cur.MaxBytes <= 0 {
+		cur.MaxBytes = sc.MaxBytes
+		fixed = append(fixed, fmt.Sprintf("holds at most %d bytes", sc.MaxBytes))
+	}
+	if sc.Name == wire.StreamIntents && cur.Discard != jetstream.DiscardNew {
+		cur.Discard = jetstream.DiscardNew
+		fixed = append(fixed, "refuses new intents when full instead of dropping stored ones")
 	}
 	if sc.Name == wire.StreamIntents && cur.Retention != jetstream.WorkQueuePolicy {
 		b.log.Warn().Str("stream", sc.Name).Str("retention", cur.Retention.String()).

@@ -501,3 +501,89 @@ func TestIntentsWithLimitsRetentionLeftAndWarned(t *testing.T) {
 	require.EqualValues(t, 1, info.State.Msgs, "nothing of what it held is dropped")
 	require.Contains(t, logs.String(), "cannot make an existing stream a work queue")
 }
+
+// INTENTS is bounded: full, it refuses new intents (the publisher's PubAck
+// is an error) and keeps every intent it stored, which agents were told
+// were stored. A flood of intents while planner-ingest is behind or down
+// therefore cannot fill the NATS server's store, which would stop every
+// stream of every tenant.
+//
+// Breaking it: with no bound every publish succeeds; with DiscardOld the
+// first intent is dropped to make room.
+func TestIntentsBoundedRefuseWhenFull(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url, js := newServer(t)
+	b, err := bus.Connect(ctx, url, "t", zerolog.Nop())
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: true, IntentsMaxBytes: 8 << 10}))
+	st, err := js.Stream(ctx, wire.StreamIntents)
+	require.NoError(t, err)
+	require.EqualValues(t, 8<<10, st.CachedInfo().Config.MaxBytes)
+	require.Equal(t, jetstream.DiscardNew, st.CachedInfo().Config.Discard)
+
+	body := make([]byte, 500)
+	for i := range body {
+		body[i] = 'x'
+	}
+	stored := 0
+	var refused error
+	for i := range 100 {
+		if _, err := js.Publish(ctx, wire.IntentSubject("wf_"+strconv.Itoa(i)), body); err != nil {
+			refused = err
+			break
+		}
+		stored++
+	}
+	require.Error(t, refused, "a bounded INTENTS refuses once full")
+	t.Logf("refused after %d intents: %v", stored, refused)
+	require.Greater(t, stored, 5)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, stored, info.State.Msgs, "nothing stored was dropped to make room")
+	require.EqualValues(t, 1, info.State.FirstSeq)
+	m, err := st.GetLastMsgForSubject(ctx, wire.IntentSubject("wf_0"))
+	require.NoError(t, err)
+	require.Equal(t, body, m.Data)
+}
+
+// An INTENTS with no bound, or one that drops stored intents when full, is
+// set right at the next start; a bound an operator chose is kept.
+func TestIntentsBoundSetIfMissing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		maxBytes int64
+		want     int64
+	}{
+		{"unbounded", -1, bus.DefaultIntentsMaxBytes},
+		{"operator's bound", 10 << 20, 10 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			url, js := newServer(t)
+			var logs testlog.Buffer
+			b, err := bus.Connect(ctx, url, "t", zerolog.New(&logs))
+			require.NoError(t, err)
+			t.Cleanup(b.Close)
+			require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: true}))
+			st, err := js.Stream(ctx, wire.StreamIntents)
+			require.NoError(t, err)
+			cfg := st.CachedInfo().Config
+			cfg.MaxBytes, cfg.Discard = tc.maxBytes, jetstream.DiscardOld
+			_, err = js.UpdateStream(ctx, cfg)
+			require.NoError(t, err)
+
+			require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: true}))
+			st, err = js.Stream(ctx, wire.StreamIntents)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, st.CachedInfo().Config.MaxBytes)
+			require.Equal(t, jetstream.DiscardNew, st.CachedInfo().Config.Discard)
+			require.Contains(t, logs.String(), "refuses new intents when full")
+		})
+	}
+}

@@ -28,12 +28,31 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/wire"
 )
 
 // ErrClosed is returned by a call made on, or interrupted by, a closed
 // client (Close was called, or the NATS connection closed for good).
 var ErrClosed = errors.New("client: closed")
+
+// ErrIntentsFull is returned by a publish that JetStream refused because
+// the INTENTS stream is full: the intents opledger has not yet taken into
+// its ledger reached the stream's bound (1 GiB unless the operator chose
+// another). Nothing of the intent was stored; publishing it again later,
+// with the same event id, is safe. It wraps op.ErrRetryable.
+var ErrIntentsFull = fmt.Errorf("client: the INTENTS stream is full (opledger is behind); the intent was not stored, publish it again later: %w", op.ErrRetryable)
+
+// storeFull reports whether err is JetStream's refusal to store a message
+// in a stream that reached its bound (maximum bytes or messages).
+func storeFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsStoreFailed && strings.Contains(apiErr.Description, "maximum")
+}
+
+// jsStoreFailed is JetStream's error code for a message its stream did not
+// store (JSStreamStoreFailedF); the description says why.
+const jsStoreFailed jetstream.ErrorCode = 10077
 
 // Client publishes intents and reads results. It is safe for concurrent use.
 type Client struct {
@@ -230,6 +249,9 @@ func (c *Client) publish(ctx context.Context, in wire.Intent, data []byte, trace
 		m.Header.Set(wire.HeaderTraceparent, traceparent)
 	}
 	if _, err := c.js.PublishMsg(ctx, m); err != nil {
+		if storeFull(err) {
+			return fmt.Errorf("client: publish intent %s: %w", wire.Clip(in.EventID), ErrIntentsFull)
+		}
 		return fmt.Errorf("client: publish intent %s: %w", wire.Clip(in.EventID), err)
 	}
 	return nil

@@ -159,19 +159,24 @@ func (c *Client) submit(ctx context.Context, in wire.Intent) (*waiter, error) {
 		return nil, ErrClosed
 	}
 	sctx, cancel := c.scope(ctx)
+	// Whether the scope ended (the caller gave up, the client closed) is
+	// read before cancel, which ends it too: an error of its own (a refused
+	// publish) must not read as ErrClosed.
 	sub, err := c.subscribe(sctx, c.ResultSubject(in.WorkflowID), time.Time{})
 	if err != nil {
+		ended := sctx.Err() != nil
 		cancel()
-		if sctx.Err() != nil {
+		if ended {
 			return nil, fmt.Errorf("client: submit %s: %w", wire.Clip(in.EventID), cause(ctx))
 		}
 		return nil, err
 	}
 	err = c.publish(sctx, in, data, "")
 	if err != nil {
+		ended := sctx.Err() != nil
 		sub.stop()
 		cancel()
-		if sctx.Err() != nil {
+		if ended {
 			return nil, fmt.Errorf("client: submit %s: %w", wire.Clip(in.EventID), cause(ctx))
 		}
 		return nil, err
