@@ -137,9 +137,16 @@ type StreamOptions struct {
 	// Memory stores streams in memory (tests, benchmarks); default file.
 	Memory bool
 	// IntentsMaxBytes bounds what INTENTS holds (default
-	// DefaultIntentsMaxBytes); beyond it JetStream refuses new intents.
+	// DefaultIntentsMaxBytes, or MemoryIntentsMaxBytes with Memory); beyond
+	// it JetStream refuses new intents.
 	IntentsMaxBytes int64
 }
+
+// MemoryIntentsMaxBytes is the default bound of an INTENTS kept in memory
+// (tests, the bench): JetStream sets a bounded stream's bytes aside in its
+// memory budget (three quarters of the machine's memory) when it creates
+// the stream.
+const MemoryIntentsMaxBytes = 256 << 20
 
 // DefaultIntentsMaxBytes bounds INTENTS: the intents planner-ingest has not
 // yet put in the ledger, whoever sent them and however fast. An agent that
@@ -182,6 +189,9 @@ func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 	}
 	if o.IntentsMaxBytes <= 0 {
 		o.IntentsMaxBytes = DefaultIntentsMaxBytes
+		if o.Memory {
+			o.IntentsMaxBytes = MemoryIntentsMaxBytes
+		}
 	}
 	storage := jetstream.FileStorage
 	if o.Memory {

@@ -555,11 +555,13 @@ func TestIntentsBoundSetIfMissing(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
+		memory   bool
 		maxBytes int64
 		want     int64
 	}{
-		{"unbounded", -1, bus.DefaultIntentsMaxBytes},
-		{"operator's bound", 10 << 20, 10 << 20},
+		{"unbounded, in memory", true, -1, bus.MemoryIntentsMaxBytes},
+		{"unbounded, on file", false, -1, bus.DefaultIntentsMaxBytes},
+		{"operator's bound", true, 10 << 20, 10 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -570,7 +572,7 @@ func TestIntentsBoundSetIfMissing(t *testing.T) {
 			b, err := bus.Connect(ctx, url, "t", zerolog.New(&logs))
 			require.NoError(t, err)
 			t.Cleanup(b.Close)
-			require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: true}))
+			require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: tc.memory}))
 			st, err := js.Stream(ctx, wire.StreamIntents)
 			require.NoError(t, err)
 			cfg := st.CachedInfo().Config
@@ -578,7 +580,7 @@ func TestIntentsBoundSetIfMissing(t *testing.T) {
 			_, err = js.UpdateStream(ctx, cfg)
 			require.NoError(t, err)
 
-			require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: true}))
+			require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: tc.memory}))
 			st, err = js.Stream(ctx, wire.StreamIntents)
 			require.NoError(t, err)
 			require.Equal(t, tc.want, st.CachedInfo().Config.MaxBytes)
