@@ -482,6 +482,40 @@ func (s *System) PublishWithoutMsgID(in wire.Intent) {
 	}
 }
 
+// TryPublish sends an intent as Publish does, once, and returns
+// JetStream's refusal instead of retrying: an intent it refused is not
+// remembered (nothing waits for its answer).
+func (s *System) TryPublish(in wire.Intent) error {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Client.Publish(ctx, in, ""); err != nil {
+		return err
+	}
+	s.remember(in)
+	s.mu.Lock()
+	s.accepted[in.EventID] = true
+	s.mu.Unlock()
+	return nil
+}
+
+// BoundIntents sets the INTENTS stream's bound, as an operator would
+// (nats stream edit INTENTS --max-bytes): the services keep it.
+func (s *System) BoundIntents(maxBytes int64) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := s.js.Stream(ctx, wire.StreamIntents)
+	if err != nil {
+		s.t.Fatalf("proctest: INTENTS: %v", err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxBytes = maxBytes
+	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
+		s.t.Fatalf("proctest: bound INTENTS: %v", err)
+	}
+}
+
 func (s *System) remember(in wire.Intent) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
