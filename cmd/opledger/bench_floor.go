@@ -127,23 +127,23 @@ func (b *bench) floor(ctx context.Context, sched []time.Duration, tag string, pa
 	var pubErr error
 	maxLate, err := benchkit.OpenLoop(lctx, sched, func(i int, due time.Time) {
 		id := strconv.Itoa(i)
-		ch := fl.expect(id)
+		ch := fl.answers.expect(id)
 		m := nats.NewMsg(fl.subject(0))
 		m.Data = []byte(id)
 		if _, err := fl.client.PublishMsg(lctx, m); err != nil {
-			fl.forget(id)
+			fl.answers.forget(id)
 			mu.Lock()
 			pubErr = cmpErr(pubErr, err)
 			mu.Unlock()
 			return
 		}
 		select {
-		case at := <-ch:
+		case ans := <-ch:
 			mu.Lock()
-			lat = append(lat, at.Sub(due))
+			lat = append(lat, ans.at.Sub(due))
 			mu.Unlock()
 		case <-lctx.Done():
-			fl.forget(id)
+			fl.answers.forget(id)
 			mu.Lock()
 			rep.Lost++
 			mu.Unlock()
@@ -175,28 +175,15 @@ type floorRun struct {
 	hand   chan bus.Message
 	relays sync.WaitGroup
 	reader jetstream.MessagesContext
+	// answers are the arrivals waiting, by id, as the latency runs wait.
+	answers *answers
 
-	mu      sync.Mutex
-	waiting map[string]chan time.Time
-	failed  error
+	mu     sync.Mutex
+	failed error
 }
 
 func (f *floorRun) subject(stage int) string { return f.prefix + ".s." + strconv.Itoa(stage) }
 func (f *floorRun) answerSubject() string    { return f.prefix + ".answer" }
-
-func (f *floorRun) expect(id string) <-chan time.Time {
-	ch := make(chan time.Time, 1)
-	f.mu.Lock()
-	f.waiting[id] = ch
-	f.mu.Unlock()
-	return ch
-}
-
-func (f *floorRun) forget(id string) {
-	f.mu.Lock()
-	delete(f.waiting, id)
-	f.mu.Unlock()
-}
 
 func (f *floorRun) fail(err error) {
 	f.mu.Lock()
@@ -215,7 +202,7 @@ func (f *floorRun) err() error {
 func (b *bench) startFloor(ctx context.Context, tag string, path [][]floorStep) (_ *floorRun, err error) {
 	name := strings.ToUpper("OPLEDGER_BENCH_FLOOR_" + b.run + "_" + tag)
 	f := &floorRun{b: b, prefix: "opledger_bench_floor." + b.run + "." + tag, work: name, answer: name + "_ANSWERS",
-		table: benchSchema + ".floor_" + b.run + "_" + tag, hand: make(chan bus.Message, 256), waiting: map[string]chan time.Time{}}
+		table: benchSchema + ".floor_" + b.run + "_" + tag, hand: make(chan bus.Message, 256), answers: &answers{waiting: map[string]func(answer){}}}
 	defer func() {
 		if err != nil {
 			f.close()
@@ -270,15 +257,7 @@ func (b *bench) startFloor(ctx context.Context, tag string, path [][]floorStep) 
 			if err != nil {
 				return
 			}
-			at := time.Now()
-			id := string(m.Data())
-			f.mu.Lock()
-			ch := f.waiting[id]
-			delete(f.waiting, id)
-			f.mu.Unlock()
-			if ch != nil {
-				ch <- at
-			}
+			f.answers.deliver(string(m.Data()), answer{at: time.Now()})
 		}
 	}()
 	for range max(1, b.rep.Settings.Relays) {

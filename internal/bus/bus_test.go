@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,13 +31,19 @@ type env struct {
 
 func newEnv(t *testing.T) env {
 	t.Helper()
+	return newEnvWith(t, bus.StreamOptions{Memory: true})
+}
+
+// newEnvWith is newEnv with the streams made with o.
+func newEnvWith(t *testing.T, o bus.StreamOptions) env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	url, js := newServer(t)
 	b, err := bus.Connect(ctx, url, "t", zerolog.Nop())
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
-	require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: true}))
+	require.NoError(t, b.EnsureStreams(ctx, o))
 	return env{bus: b, js: js}
 }
 
@@ -512,22 +519,16 @@ func TestIntentsWithLimitsRetentionLeftAndWarned(t *testing.T) {
 // first intent is dropped to make room.
 func TestIntentsBoundedRefuseWhenFull(t *testing.T) {
 	t.Parallel()
+	e := newEnvWith(t, bus.StreamOptions{Memory: true, IntentsMaxBytes: 8 << 10})
+	js := e.js
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	url, js := newServer(t)
-	b, err := bus.Connect(ctx, url, "t", zerolog.Nop())
-	require.NoError(t, err)
-	t.Cleanup(b.Close)
-	require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: true, IntentsMaxBytes: 8 << 10}))
 	st, err := js.Stream(ctx, wire.StreamIntents)
 	require.NoError(t, err)
 	require.EqualValues(t, 8<<10, st.CachedInfo().Config.MaxBytes)
 	require.Equal(t, jetstream.DiscardNew, st.CachedInfo().Config.Discard)
 
-	body := make([]byte, 500)
-	for i := range body {
-		body[i] = 'x'
-	}
+	body := []byte(strings.Repeat("x", 500))
 	stored := 0
 	var refused error
 	for i := range 100 {

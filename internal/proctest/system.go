@@ -34,6 +34,7 @@ package proctest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -432,16 +433,10 @@ func (s *System) pgLink(instance string) *forwarder {
 // under the same event id is always safe.
 func (s *System) Publish(in wire.Intent) {
 	s.t.Helper()
-	s.remember(in)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := s.Client.Publish(ctx, in, "")
-		cancel()
+		err := s.TryPublish(in)
 		if err == nil {
-			s.mu.Lock()
-			s.accepted[in.EventID] = true
-			s.mu.Unlock()
 			return
 		}
 		if time.Now().After(deadline) {
@@ -470,9 +465,7 @@ func (s *System) PublishWithoutMsgID(in wire.Intent) {
 		_, err := s.js.Publish(ctx, wire.IntentSubject(in.WorkflowID), data)
 		cancel()
 		if err == nil {
-			s.mu.Lock()
-			s.accepted[in.EventID] = true
-			s.mu.Unlock()
+			s.accept(in.EventID)
 			return
 		}
 		if time.Now().After(deadline) {
@@ -482,21 +475,31 @@ func (s *System) PublishWithoutMsgID(in wire.Intent) {
 	}
 }
 
-// TryPublish sends an intent as Publish does, once, and returns
-// JetStream's refusal instead of retrying: an intent it refused is not
-// remembered (nothing waits for its answer).
+// TryPublish sends an intent as an agent does (pkg/client), once, and
+// returns the publish's error. An intent a full INTENTS refused
+// (client.ErrIntentsFull) was not stored, and nothing waits for its answer;
+// any other, even one whose publish failed (it may have been stored all
+// the same), is waited for.
 func (s *System) TryPublish(in wire.Intent) error {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.Client.Publish(ctx, in, ""); err != nil {
+	err := s.Client.Publish(ctx, in, "")
+	if errors.Is(err, client.ErrIntentsFull) {
 		return err
 	}
 	s.remember(in)
+	if err == nil {
+		s.accept(in.EventID)
+	}
+	return err
+}
+
+// accept records that JetStream stored the intent of eventID.
+func (s *System) accept(eventID string) {
 	s.mu.Lock()
-	s.accepted[in.EventID] = true
-	s.mu.Unlock()
-	return nil
+	defer s.mu.Unlock()
+	s.accepted[eventID] = true
 }
 
 // BoundIntents sets the INTENTS stream's bound, as an operator would

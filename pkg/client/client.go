@@ -38,9 +38,9 @@ var ErrClosed = errors.New("client: closed")
 
 // ErrIntentsFull is returned by a publish that JetStream refused because
 // the INTENTS stream is full: the intents opledger has not yet taken into
-// its ledger reached the stream's bound (1 GiB unless the operator chose
-// another). Nothing of the intent was stored; publishing it again later,
-// with the same event id, is safe. It wraps op.ErrRetryable.
+// its ledger reached the stream's bound (1 GiB by default, see
+// docs/protocol.md). Nothing of the intent was stored; publishing it again
+// later, with the same event id, is safe. It wraps op.ErrRetryable.
 var ErrIntentsFull = fmt.Errorf("client: the INTENTS stream is full (opledger is behind); the intent was not stored, publish it again later: %w", op.ErrRetryable)
 
 // storeFull reports whether err is JetStream's refusal to store a message
