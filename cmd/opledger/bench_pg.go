@@ -34,28 +34,43 @@ func pgCommitRate(ctx context.Context, url string, conns int, d time.Duration) (
 		return 0, fmt.Errorf("bench: commit rate: %w", err)
 	}
 	defer func() { _, _ = setup.Exec(context.WithoutCancel(ctx), benchTag+`DROP TABLE `+table) }()
+	// Every connection is opened before the window starts, so that a slow
+	// machine's connection set-up is not counted as time without commits,
+	// and each commits at least once, so that the rate is never zero.
+	conn := make([]*pgx.Conn, conns)
+	defer func() {
+		for _, c := range conn {
+			if c != nil {
+				_ = c.Close(context.WithoutCancel(ctx))
+			}
+		}
+	}()
+	for i := range conn {
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return 0, fmt.Errorf("bench: commit rate: %w", err)
+		}
+		conn[i] = c
+	}
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, conns)
-	deadline := time.Now().Add(d)
-	for range conns {
+	start := time.Now()
+	deadline := start.Add(d)
+	for _, c := range conn {
 		wg.Go(func() {
-			c, err := pgx.Connect(ctx, url)
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer c.Close(context.WithoutCancel(ctx))
-			for time.Now().Before(deadline) {
+			for {
 				if _, err := c.Exec(ctx, benchTag+`INSERT INTO `+table+` (v) VALUES ($1)`, "x"); err != nil {
 					errs <- err
 					return
 				}
 				total.Add(1)
+				if !time.Now().Before(deadline) {
+					return
+				}
 			}
 		})
 	}
-	start := time.Now()
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
