@@ -474,7 +474,7 @@ func (b *bench) throughput(ctx context.Context) error {
 	if t.Stages, err = b.stageBreakdown(ctx, wf); err != nil {
 		return err
 	}
-	t.Stages.print(b.out)
+	t.Stages.print(b.out, "under load")
 	t.CPU.print(b.out, "  ")
 	fmt.Fprintf(b.out, "  %s\n", t.Group)
 	t.Cluster.print(b.out, "  ")

@@ -294,6 +294,9 @@ func (b *bench) latencyAt(ctx context.Context, l load) (*latencyReport, error) {
 	r.Lost, r.Failed = res.lost, res.failed
 	r.MaxLateMs, r.DirectMaxLateMs = msf(res.maxLate), msf(directLate)
 	r.OverheadP50, r.OverheadP99 = r.E2E.P50-r.Direct.P50, r.E2E.P99-r.Direct.P99
+	if r.Stages, err = b.stageBreakdown(ctx, wf); err != nil {
+		return nil, err
+	}
 	if b.cfg.Floor && l.label == "moderate" {
 		if r.Floor, err = b.floor(ctx, sched, "new", floorNewPath); err != nil {
 			return nil, err

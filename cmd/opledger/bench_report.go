@@ -106,9 +106,12 @@ type stageReport struct {
 	RecordedOverMs       float64 `json:"recorded_over_ms"`
 }
 
-func (s *stageReport) print(w io.Writer) {
-	fmt.Fprintf(w, "  under load, recorded→claimed by a dispatcher: p50 %.1fms p99 %.1fms; claimed→outcome recorded: p50 %.1fms p99 %.1fms; intents recorded over %.0fms\n",
-		s.RecordedToClaimedP50, s.RecordedToClaimedP99, s.ClaimedToOutcomeP50, s.ClaimedToOutcomeP99, s.RecordedOverMs)
+func (s *stageReport) print(w io.Writer, prefix string) {
+	if s == nil {
+		return
+	}
+	fmt.Fprintf(w, "  %s, recorded→claimed by a dispatcher: p50 %.1fms p99 %.1fms; claimed→outcome recorded: p50 %.1fms p99 %.1fms; intents recorded over %.0fms\n",
+		prefix, s.RecordedToClaimedP50, s.RecordedToClaimedP99, s.ClaimedToOutcomeP50, s.ClaimedToOutcomeP99, s.RecordedOverMs)
 }
 
 // clusterCostReport is what the whole cluster wrote during a run, per
@@ -162,12 +165,15 @@ type latencyReport struct {
 	// Floor is the same arrivals through the floor of the path (-floor;
 	// the moderate load only).
 	Floor *floorReport `json:"floor,omitempty"`
+	// Stages splits the run's time in the ledger by its own clock.
+	Stages *stageReport `json:"stages,omitempty"`
 }
 
 func (r *latencyReport) print(w io.Writer, note string) {
 	fmt.Fprintf(w, "latency at %.0f ops/s (%s, %s arrivals, %d intents in %s): intent→completed_success p50 %s p99 %s; direct vendor call p50 %s p99 %s\n",
 		r.Rate, note, r.Arrivals, r.Intents, time.Duration(r.Seconds*float64(time.Second)), msStr(r.E2E.P50), msStr(r.E2E.P99), msStr(r.Direct.P50), msStr(r.Direct.P99))
 	fmt.Fprintf(w, "  overhead added by opledger: p50 %s  p99 %s%s\n", msStr(r.OverheadP50), msStr(r.OverheadP99), r.trouble())
+	r.Stages.print(w, "in the ledger")
 	r.Floor.print(w)
 	r.PGSS.print(w, "  ")
 }

@@ -74,6 +74,9 @@ func TestBenchRunsTwiceOnOneDatabase(t *testing.T) {
 		require.Equal(t, l.Intents, l.Direct.N, l.Label)
 		require.Zero(t, l.Lost+l.Failed, l.Label)
 		require.InDelta(t, l.E2E.P50-l.Direct.P50, l.OverheadP50, 1e-9)
+		require.NotNil(t, l.Stages, l.Label)
+		require.Positive(t, l.Stages.RecordedToClaimedP50, l.Label)
+		require.Positive(t, l.Stages.ClaimedToOutcomeP50, l.Label)
 	}
 	// The moderate run's arrivals went through the floor of a new intent's
 	// path too, every one answered; the high load's did not.
