@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/opledger/opledger/internal/ops"
+	"github.com/opledger/opledger/internal/telemetry"
 )
 
 // GuardConfig configures a Guard.
@@ -35,6 +36,10 @@ type GuardConfig struct {
 type Guard struct {
 	cfg          GuardConfig
 	unauthorized *prometheus.CounterVec
+	// refusedLog bounds the warnings of refused tokens, which anyone who
+	// reaches the port can cause (opledger_api_unauthorized_total counts
+	// every one).
+	refusedLog *telemetry.LogLimit
 }
 
 // NewGuard returns a Guard whose refusals are counted in cfg.Registerer.
@@ -42,7 +47,7 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 	g := &Guard{cfg: cfg, unauthorized: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "opledger_api_unauthorized_total",
 		Help: "HTTP requests (the API, /metrics, /readyz) refused before any role check, by reason: missing, malformed or unknown token, or no tokens configured (not_configured).",
-	}, []string{"reason"})}
+	}, []string{"reason"}), refusedLog: telemetry.NewLogLimit(refusedLogBurst, refusedLogPeriod)}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(g.unauthorized); err != nil {
 			return nil, fmt.Errorf("api: metrics: %w", err)
@@ -117,9 +122,18 @@ func (g *Guard) Authenticate(r *http.Request) (ops.Actor, error) {
 		// A token that was offered and refused is worth a warning; a request
 		// without one (a probe, a scanner) or to a process without tokens
 		// (warned about at start) is counted only.
-		ev := cfg.Log.Warn()
-		if reason == "missing" || reason == "not_configured" {
-			ev = cfg.Log.Debug()
+		ev := cfg.Log.Debug()
+		if reason != "missing" && reason != "not_configured" {
+			var limit *telemetry.LogLimit
+			if g != nil {
+				limit = g.refusedLog
+			}
+			if ok, held := limit.Allow(); ok {
+				ev = cfg.Log.Warn()
+				if held > 0 {
+					ev = ev.Int("refusals_not_logged_before", held)
+				}
+			}
 		}
 		ev.Str("reason", reason).Str("remote", r.RemoteAddr).Str("path", clip(r.URL.Path)).Msg("api: request refused before authentication")
 		if reason == "not_configured" {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/opledger/opledger/internal/agentcall"
 	"github.com/opledger/opledger/internal/ops"
+	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/pkg/client"
 	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/wire"
@@ -53,7 +54,17 @@ type IntentsConfig struct {
 type Intents struct {
 	cfg     IntentsConfig
 	answers *prometheus.CounterVec
+	// refusedLog bounds the warnings of refused intents, which any agent
+	// can cause at will (opledger_api_refused_total counts every one).
+	refusedLog *telemetry.LogLimit
 }
+
+// Refusals a process logs line by line, at most, per kind: the rest are
+// counted in the line that follows (and in the refusals' metrics).
+const (
+	refusedLogBurst  = 10
+	refusedLogPeriod = time.Second
+)
 
 // intentRoutes is every route Intents.Mount registers; docs/openapi.yaml
 // describes each (a test keeps them equal).
@@ -87,7 +98,7 @@ func NewIntents(cfg IntentsConfig) (*Intents, error) {
 	in := &Intents{cfg: cfg, answers: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "opledger_api_intents_total",
 		Help: "Intents submitted over the HTTP intent API that the ledger answered, by its dedupe decision.",
-	}, []string{"decision"})}
+	}, []string{"decision"}), refusedLog: telemetry.NewLogLimit(refusedLogBurst, refusedLogPeriod)}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(in.answers); err != nil {
 			return nil, fmt.Errorf("api: metrics: %w", err)
@@ -212,11 +223,23 @@ func (in *Intents) submit(w http.ResponseWriter, r *http.Request, actor ops.Acto
 			log.Error().Err(err).Str("operation_id", opID).Msg("api: intent not audited")
 		}
 	}
-	refuse := func(err error) {
+	// refuse answers err; cause, when not nil, is what went wrong inside
+	// (logged, not sent).
+	refuseFor := func(err, cause error) {
 		audit("", err.Error())
-		log.Warn().Str("error", err.Error()).Msg("api: intent refused")
+		if ok, held := in.refusedLog.Allow(); ok {
+			ev := log.Warn().Str("error", err.Error())
+			if cause != nil {
+				ev = ev.AnErr("cause", cause)
+			}
+			if held > 0 {
+				ev = ev.Int("refusals_not_logged_before", held)
+			}
+			ev.Msg("api: intent refused")
+		}
 		in.fail(w, r, err)
 	}
+	refuse := func(err error) { refuseFor(err, nil) }
 	if err := agentOnly(actor); err != nil {
 		refuse(err)
 		return
@@ -299,8 +322,7 @@ func (in *Intents) submit(w http.ResponseWriter, r *http.Request, actor ops.Acto
 		refuse(withReason(ReasonIntentsFull, fmt.Errorf("opledger is behind: its backlog of intents is full and this one was not stored; send it again later (sending the same intent again is safe): %w", op.ErrRetryable)))
 		return
 	case err != nil:
-		log.Warn().Err(err).Msg("api: intent not submitted")
-		refuse(fmt.Errorf("the intent could not be handed to NATS; sending the same intent again is safe: %w", op.ErrRetryable))
+		refuseFor(fmt.Errorf("the intent could not be handed to NATS; sending the same intent again is safe: %w", op.ErrRetryable), err)
 		return
 	}
 	res := agentcall.FromClient(sub.Result, sub.Answer, sub.ArgsHash, verifyText(sub.Result.OperationID))
