@@ -140,6 +140,10 @@ type StreamOptions struct {
 	// DefaultIntentsMaxBytes, or MemoryIntentsMaxBytes with Memory); beyond
 	// it JetStream refuses new intents.
 	IntentsMaxBytes int64
+	// ResultsMaxBytes bounds what RESULTS holds (default
+	// DefaultResultsMaxBytes, or MemoryResultsMaxBytes with Memory); beyond
+	// it JetStream drops the oldest results to store new ones.
+	ResultsMaxBytes int64
 }
 
 // MemoryIntentsMaxBytes is the default bound of an INTENTS kept in memory
@@ -160,15 +164,33 @@ const MemoryIntentsMaxBytes = 256 << 20
 // stored. 1 GiB is about 1.5 million intents of the bench's size.
 const DefaultIntentsMaxBytes = 1 << 30
 
+// DefaultResultsMaxBytes bounds RESULTS besides its age (an hour): every
+// result of every operation goes through it, about 1.4 kB an operation in
+// the bench (an acknowledgement and a final result), so at 2,000
+// operations a second an hour of them is about 10 GB, and a server whose
+// JetStream store is full takes no message on any stream. Full, RESULTS
+// drops its oldest results (DiscardOld): new results are the ones agents
+// wait for, and the ledger, not the stream, is the record, so an agent
+// that finds its result gone sends the intent again and is answered from
+// the ledger. 4 GiB is about 25 minutes of results at 2,000 operations a
+// second.
+const DefaultResultsMaxBytes = 4 << 30
+
+// MemoryResultsMaxBytes is the default bound of a RESULTS kept in memory
+// (tests, the bench), which JetStream sets aside in its memory budget as it
+// does INTENTS' (MemoryIntentsMaxBytes).
+const MemoryResultsMaxBytes = 256 << 20
+
 // EnsureStreams creates INTENTS, OPS, RESULTS and ALERTS where they do not exist
 // yet, and remembers o for recreating them should the server lose them.
 // Existing streams are left as the operator configured them, except that
 // OPS must keep at most one message per subject (one live command per
 // operation and kind), INTENTS must not dedupe by Nats-Msg-Id (see
 // StreamIntentsAnchor), and INTENTS must be bounded and refuse new intents
-// when full rather than drop stored ones (DefaultIntentsMaxBytes; a bound an
-// operator set is kept); these are set if missing. Several processes may
-// call it at once.
+// when full rather than drop stored ones (DefaultIntentsMaxBytes; a bound
+// an operator set is kept); these are set if missing. A RESULTS without a
+// byte bound (made before DefaultResultsMaxBytes) is named in a warning.
+// Several processes may call it at once.
 //
 // OPS is a work queue: a command leaves the stream once a worker has acked
 // it, so the stream holds only commands still to do. So is INTENTS: an
@@ -193,6 +215,12 @@ func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 			o.IntentsMaxBytes = MemoryIntentsMaxBytes
 		}
 	}
+	if o.ResultsMaxBytes <= 0 {
+		o.ResultsMaxBytes = DefaultResultsMaxBytes
+		if o.Memory {
+			o.ResultsMaxBytes = MemoryResultsMaxBytes
+		}
+	}
 	storage := jetstream.FileStorage
 	if o.Memory {
 		storage = jetstream.MemoryStorage
@@ -212,7 +240,7 @@ func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 		{Name: wire.StreamOps, Subjects: []string{wire.OpsSubjectPrefix + ">"}, MaxAge: age(24 * time.Hour),
 			Retention: jetstream.WorkQueuePolicy, MaxMsgsPerSubject: 1, Duplicates: o.DuplicateWindow},
 		{Name: wire.StreamResults, Subjects: []string{wire.ResultSubjectPrefix + ">"}, MaxAge: age(time.Hour), Retention: jetstream.LimitsPolicy,
-			Duplicates: o.DuplicateWindow},
+			MaxBytes: o.ResultsMaxBytes, Discard: jetstream.DiscardOld, Duplicates: o.DuplicateWindow},
 		// Alerts are for people, who may look once a day.
 		{Name: wire.StreamAlerts, Subjects: []string{wire.AlertSubjectPrefix + ">"}, MaxAge: age(7 * 24 * time.Hour), Retention: jetstream.LimitsPolicy,
 			Duplicates: o.DuplicateWindow},
@@ -253,7 +281,16 @@ func intentsDedupeOff(c jetstream.StreamConfig) bool {
 func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error {
 	st, err := b.js.Stream(ctx, sc.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if st, err = b.js.CreateStream(ctx, sc); err == nil {
+		st, err = b.js.CreateStream(ctx, sc)
+		if sc.Name == wire.StreamResults && noRoom(err) {
+			// A server or account with less storage than the bound: RESULTS
+			// is then bounded by that storage alone, as before the bound.
+			b.log.Warn().Str("stream", sc.Name).Int64("max_bytes", sc.MaxBytes).Err(err).
+				Msg("the NATS server has less JetStream storage than RESULTS' bound; RESULTS is made without a byte bound (set one that fits with nats stream edit RESULTS --max-bytes, docs/protocol.md)")
+			sc.MaxBytes = 0
+			st, err = b.js.CreateStream(ctx, sc)
+		}
+		if err == nil {
 			return b.checkIntents(ctx, st)
 		}
 		// Another process may have created it in between (the server then
@@ -277,6 +314,13 @@ func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error
 		}
 		cur.Duplicates = 0
 		fixed = append(fixed, "dedupes nothing by Nats-Msg-Id (sources from "+StreamIntentsAnchor+")")
+	}
+	if sc.Name == wire.StreamResults && cur.MaxBytes <= 0 {
+		// Named, not fixed: the services may not update RESULTS
+		// (deploy/nats/nats.conf), and a server's permissions from before the
+		// bound would make the update hang until the start gives up.
+		b.log.Warn().Str("stream", sc.Name).Int64("suggested_max_bytes", sc.MaxBytes).
+			Msg("RESULTS has no byte bound: at a high rate an hour of results can fill the NATS server's store, which then takes no message on any stream; set one (nats stream edit RESULTS --max-bytes=4GiB --discard=old, docs/protocol.md)")
 	}
 	if sc.Name == wire.StreamIntents && cur.MaxBytes <= 0 {
 		cur.MaxBytes = sc.MaxBytes
@@ -326,6 +370,15 @@ func (b *Bus) StreamCreated(ctx context.Context, name string) (time.Time, error)
 		return time.Time{}, fmt.Errorf("bus: stream %s: %w", name, err)
 	}
 	return st.CachedInfo().Created, nil
+}
+
+// noRoom reports whether err is JetStream's refusal to make a stream
+// bigger than the storage its server or account allows
+// (JSInsufficientResourcesErr, JSStorageResourcesExceededErr,
+// JSMemoryResourcesExceededErr).
+func noRoom(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == 10023 || apiErr.ErrorCode == 10047 || apiErr.ErrorCode == 10028)
 }
 
 // StreamMissing reports whether a publish failed because no stream takes

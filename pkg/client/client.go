@@ -50,6 +50,26 @@ func storeFull(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsStoreFailed && strings.Contains(apiErr.Description, "maximum")
 }
 
+// TenantResultsMaxBytes bounds the RESULTS stream EnsureResultsStream
+// makes in a tenant's account: below the 1 GB of storage the example
+// accounts of deploy/nats/nats.conf allow, so that the stream drops its
+// oldest results before the account refuses new ones.
+const TenantResultsMaxBytes = 512 << 20
+
+// noRoom reports whether err is JetStream's refusal to make a stream
+// bigger than its account's storage allows.
+func noRoom(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jsInsufficientResources || apiErr.ErrorCode == jsStorageExceeded)
+}
+
+// JetStream's error codes for a stream an account has no room for
+// (JSInsufficientResourcesErr, JSStorageResourcesExceededErr).
+const (
+	jsInsufficientResources jetstream.ErrorCode = 10023
+	jsStorageExceeded       jetstream.ErrorCode = 10047
+)
+
 // jsStoreFailed is JetStream's error code for a message its stream did not
 // store (JSStreamStoreFailedF); the description says why.
 const jsStoreFailed jetstream.ErrorCode = 10077
@@ -146,7 +166,12 @@ func InboxPrefix(tenant string) string {
 // changes nothing; but do not call it there before the services have
 // started: a RESULTS made by a client first would take only its tenant's
 // subjects, and the services would keep it as they found it. maxAge
-// bounds how long results are kept (0: one hour).
+// bounds how long results are kept (0: one hour), and the stream holds at
+// most TenantResultsMaxBytes, dropping its oldest results when full, so
+// that new results still come in (an agent that finds its result gone
+// sends the intent again and is answered from the ledger). Where the
+// tenant's account allows less storage than that, the stream is made
+// without the byte bound, bounded by the account alone, as before.
 func (c *Client) EnsureResultsStream(ctx context.Context, maxAge time.Duration) error {
 	if maxAge <= 0 {
 		maxAge = time.Hour
@@ -156,8 +181,14 @@ func (c *Client) EnsureResultsStream(ctx context.Context, maxAge time.Duration) 
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("client: results stream: %w", err)
 	}
-	_, err := c.js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.StreamResults, Subjects: []string{c.AllResults()},
-		MaxAge: maxAge, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage})
+	sc := jetstream.StreamConfig{Name: wire.StreamResults, Subjects: []string{c.AllResults()},
+		MaxAge: maxAge, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage,
+		MaxBytes: TenantResultsMaxBytes, Discard: jetstream.DiscardOld}
+	_, err := c.js.CreateStream(ctx, sc)
+	if noRoom(err) {
+		sc.MaxBytes = 0
+		_, err = c.js.CreateStream(ctx, sc)
+	}
 	if err != nil {
 		if _, again := c.js.Stream(ctx, wire.StreamResults); again == nil {
 			return nil // another agent of the tenant made it in between
