@@ -37,7 +37,7 @@ func pgCommitRate(ctx context.Context, url string, conns int, d time.Duration) (
 	// Every connection is opened before the window starts, so that a slow
 	// machine's connection set-up is not counted as time without commits,
 	// and each commits at least once, so that the rate is never zero.
-	conn := make([]*pgx.Conn, conns)
+	conn := make([]*pgx.Conn, max(conns, 1))
 	defer func() {
 		for _, c := range conn {
 			if c != nil {
@@ -54,7 +54,7 @@ func pgCommitRate(ctx context.Context, url string, conns int, d time.Duration) (
 	}
 	var total atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, conns)
+	errs := make(chan error, len(conn))
 	start := time.Now()
 	deadline := start.Add(d)
 	for _, c := range conn {

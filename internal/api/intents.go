@@ -57,6 +57,9 @@ type Intents struct {
 	// refusedLog bounds the warnings of refused intents, which any agent
 	// can cause at will (opledger_api_refused_total counts every one).
 	refusedLog *telemetry.LogLimit
+	// failedLog bounds the warnings of intents NATS did not take, apart, so
+	// that a flood of refusals cannot keep an outage out of the log.
+	failedLog *telemetry.LogLimit
 }
 
 // Refusals a process logs line by line, at most, per kind: the rest are
@@ -98,7 +101,8 @@ func NewIntents(cfg IntentsConfig) (*Intents, error) {
 	in := &Intents{cfg: cfg, answers: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "opledger_api_intents_total",
 		Help: "Intents submitted over the HTTP intent API that the ledger answered, by its dedupe decision.",
-	}, []string{"decision"}), refusedLog: telemetry.NewLogLimit(refusedLogBurst, refusedLogPeriod)}
+	}, []string{"decision"}), refusedLog: telemetry.NewLogLimit(refusedLogBurst, refusedLogPeriod),
+		failedLog: telemetry.NewLogLimit(refusedLogBurst, refusedLogPeriod)}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(in.answers); err != nil {
 			return nil, fmt.Errorf("api: metrics: %w", err)
@@ -143,6 +147,7 @@ func (in *Intents) fail(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	status, code, msg := classify(err)
+	in.cfg.API.refused.WithLabelValues(reason).Inc()
 	writeJSON(w, status, ErrorBody{Error: ErrorDetail{Code: code, Message: msg, Reason: reason}})
 }
 
@@ -223,15 +228,10 @@ func (in *Intents) submit(w http.ResponseWriter, r *http.Request, actor ops.Acto
 			log.Error().Err(err).Str("operation_id", opID).Msg("api: intent not audited")
 		}
 	}
-	// refuse answers err; cause, when not nil, is what went wrong inside
-	// (logged, not sent).
-	refuseFor := func(err, cause error) {
+	refuse := func(err error) {
 		audit("", err.Error())
 		if ok, held := in.refusedLog.Allow(); ok {
 			ev := log.Warn().Str("error", err.Error())
-			if cause != nil {
-				ev = ev.AnErr("cause", cause)
-			}
 			if held > 0 {
 				ev = ev.Int("refusals_not_logged_before", held)
 			}
@@ -239,7 +239,6 @@ func (in *Intents) submit(w http.ResponseWriter, r *http.Request, actor ops.Acto
 		}
 		in.fail(w, r, err)
 	}
-	refuse := func(err error) { refuseFor(err, nil) }
 	if err := agentOnly(actor); err != nil {
 		refuse(err)
 		return
@@ -322,7 +321,14 @@ func (in *Intents) submit(w http.ResponseWriter, r *http.Request, actor ops.Acto
 		refuse(withReason(ReasonIntentsFull, fmt.Errorf("opledger is behind: its backlog of intents is full and this one was not stored; send it again later (sending the same intent again is safe): %w", op.ErrRetryable)))
 		return
 	case err != nil:
-		refuseFor(fmt.Errorf("the intent could not be handed to NATS; sending the same intent again is safe: %w", op.ErrRetryable), err)
+		if ok, held := in.failedLog.Allow(); ok {
+			ev := log.Warn().Err(err)
+			if held > 0 {
+				ev = ev.Int("failures_not_logged_before", held)
+			}
+			ev.Msg("api: intent not submitted")
+		}
+		refuse(fmt.Errorf("the intent could not be handed to NATS; sending the same intent again is safe: %w", op.ErrRetryable))
 		return
 	}
 	res := agentcall.FromClient(sub.Result, sub.Answer, sub.ArgsHash, verifyText(sub.Result.OperationID))

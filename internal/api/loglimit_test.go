@@ -112,7 +112,8 @@ func TestIntentFloodLogsBounded(t *testing.T) {
 	require.NoError(t, err)
 	var logs lockedBuffer
 	log := zerolog.New(&logs)
-	a, err := api.New(api.Config{Ops: ops.New(st, nil), Tokens: tokens, Log: log})
+	reg := prometheus.NewRegistry()
+	a, err := api.New(api.Config{Ops: ops.New(st, nil), Tokens: tokens, Log: log, Registerer: reg})
 	require.NoError(t, err)
 	in, err := api.NewIntents(api.IntentsConfig{API: a, Log: log}) // no doors: every intent is refused, 503
 	require.NoError(t, err)
@@ -121,14 +122,17 @@ func TestIntentFloodLogsBounded(t *testing.T) {
 	in.Mount(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	post := func() {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/intents", strings.NewReader(capture("wf_flood:call_1", "wf_flood", "ord_flood", 100)))
+	postBody := func(body string, status int) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/intents", strings.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		readAll(t, resp)
-		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+		require.Equal(t, status, resp.StatusCode)
+	}
+	post := func() {
+		postBody(capture("wf_flood:call_1", "wf_flood", "ord_flood", 100), http.StatusServiceUnavailable)
 	}
 	start := time.Now()
 	for range 30 {
@@ -149,4 +153,30 @@ func TestIntentFloodLogsBounded(t *testing.T) {
 	var audited int
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'submit_intent'`).Scan(&audited))
 	require.Equal(t, 31, audited, "every refusal still audited")
+	require.Equal(t, 31.0, refusedCount(t, reg, "unavailable"), "and counted")
+
+	// A refusal with a reason of its own (a body that is not JSON) is
+	// counted by it too.
+	postBody("{", http.StatusBadRequest)
+	require.Equal(t, 1.0, refusedCount(t, reg, api.ReasonNotJSON))
+}
+
+// refusedCount reads opledger_api_refused_total{reason}.
+func refusedCount(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "opledger_api_refused_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

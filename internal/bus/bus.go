@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/opledger/opledger/internal/redact"
+	"github.com/opledger/opledger/pkg/client"
 	"github.com/opledger/opledger/pkg/wire"
 )
 
@@ -281,13 +282,15 @@ func intentsDedupeOff(c jetstream.StreamConfig) bool {
 func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error {
 	st, err := b.js.Stream(ctx, sc.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		st, err = b.js.CreateStream(ctx, sc)
-		if sc.Name == wire.StreamResults && noRoom(err) {
-			// A server or account with less storage than the bound: RESULTS
-			// is then bounded by that storage alone, as before the bound.
-			b.log.Warn().Str("stream", sc.Name).Int64("max_bytes", sc.MaxBytes).Err(err).
-				Msg("the NATS server has less JetStream storage than RESULTS' bound; RESULTS is made without a byte bound (set one that fits with nats stream edit RESULTS --max-bytes, docs/protocol.md)")
-			sc.MaxBytes = 0
+		if sc.Name == wire.StreamResults {
+			// A server or account with less storage than the bound gets a
+			// smaller one (down to client.MinResultsMaxBytes, then none).
+			st, err = client.CreateBoundedStream(ctx, b.js, sc, client.MinResultsMaxBytes)
+			if err == nil && st.CachedInfo().Config.MaxBytes != sc.MaxBytes {
+				b.log.Warn().Str("stream", sc.Name).Int64("asked_max_bytes", sc.MaxBytes).Int64("max_bytes", st.CachedInfo().Config.MaxBytes).
+					Msg("the NATS server has less JetStream storage than RESULTS' bound; RESULTS holds what fits (max_bytes -1: no byte bound; docs/protocol.md)")
+			}
+		} else {
 			st, err = b.js.CreateStream(ctx, sc)
 		}
 		if err == nil {
@@ -315,12 +318,17 @@ func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error
 		cur.Duplicates = 0
 		fixed = append(fixed, "dedupes nothing by Nats-Msg-Id (sources from "+StreamIntentsAnchor+")")
 	}
-	if sc.Name == wire.StreamResults && cur.MaxBytes <= 0 {
-		// Named, not fixed: the services may not update RESULTS
-		// (deploy/nats/nats.conf), and a server's permissions from before the
-		// bound would make the update hang until the start gives up.
+	// RESULTS' bound is named, not fixed: the services may not update
+	// RESULTS (deploy/nats/nats.conf), and an update a server's permissions
+	// refuse would hang until the start gives up.
+	switch {
+	case sc.Name != wire.StreamResults:
+	case cur.MaxBytes <= 0:
 		b.log.Warn().Str("stream", sc.Name).Int64("suggested_max_bytes", sc.MaxBytes).
 			Msg("RESULTS has no byte bound: at a high rate an hour of results can fill the NATS server's store, which then takes no message on any stream; set one (nats stream edit RESULTS --max-bytes=4GiB --discard=old, docs/protocol.md)")
+	case cur.Discard != jetstream.DiscardOld:
+		b.log.Warn().Str("stream", sc.Name).Int64("max_bytes", cur.MaxBytes).
+			Msg("RESULTS refuses new results when full (discard new): the relays' publishes then fail until results age out; make it drop its oldest (nats stream edit RESULTS --discard=old, docs/protocol.md)")
 	}
 	if sc.Name == wire.StreamIntents && cur.MaxBytes <= 0 {
 		cur.MaxBytes = sc.MaxBytes
@@ -370,15 +378,6 @@ func (b *Bus) StreamCreated(ctx context.Context, name string) (time.Time, error)
 		return time.Time{}, fmt.Errorf("bus: stream %s: %w", name, err)
 	}
 	return st.CachedInfo().Created, nil
-}
-
-// noRoom reports whether err is JetStream's refusal to make a stream
-// bigger than the storage its server or account allows
-// (JSInsufficientResourcesErr, JSStorageResourcesExceededErr,
-// JSMemoryResourcesExceededErr).
-func noRoom(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == 10023 || apiErr.ErrorCode == 10047 || apiErr.ErrorCode == 10028)
 }
 
 // StreamMissing reports whether a publish failed because no stream takes

@@ -60,7 +60,9 @@ func TestResultsBoundDefaultsAndExisting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, memory := range []bool{true, false} {
-		url, js := newServer(t)
+		// Room for every bound on file, whatever the machine's disk has free
+		// (a server sets 75% of it aside by default).
+		url, js := newServerConf(t, "jetstream { max_file_store: 16GB }\n")
 		b, err := bus.Connect(ctx, url, "t", zerolog.Nop())
 		require.NoError(t, err)
 		t.Cleanup(b.Close)
@@ -77,14 +79,16 @@ func TestResultsBoundDefaultsAndExisting(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		maxBytes int64
-		warned   bool
+		discard  jetstream.DiscardPolicy
+		warned   string
 	}{
-		{"unbounded", -1, true},
-		{"operator's bound", 10 << 20, false},
+		{"unbounded", -1, jetstream.DiscardOld, "RESULTS has no byte bound"},
+		{"operator's bound", 10 << 20, jetstream.DiscardOld, ""},
+		{"operator's bound, discard new", 10 << 20, jetstream.DiscardNew, "RESULTS refuses new results when full"},
 	} {
 		url, js := newServer(t)
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.StreamResults, Subjects: []string{wire.ResultSubjectPrefix + ">"},
-			MaxBytes: tc.maxBytes, Storage: jetstream.MemoryStorage})
+			MaxBytes: tc.maxBytes, Discard: tc.discard, Storage: jetstream.MemoryStorage})
 		require.NoError(t, err)
 		var logs testlog.Buffer
 		b, err := bus.Connect(ctx, url, "t", zerolog.New(&logs))
@@ -94,37 +98,58 @@ func TestResultsBoundDefaultsAndExisting(t *testing.T) {
 		st, err := js.Stream(ctx, wire.StreamResults)
 		require.NoError(t, err)
 		require.Equal(t, tc.maxBytes, st.CachedInfo().Config.MaxBytes, tc.name)
-		require.Equal(t, tc.warned, strings.Contains(logs.String(), "RESULTS has no byte bound"), tc.name)
+		if tc.warned == "" {
+			require.NotContains(t, logs.String(), "RESULTS", tc.name)
+		} else {
+			require.Contains(t, logs.String(), tc.warned, tc.name)
+		}
 	}
 }
 
-// On a server with less JetStream storage than RESULTS' bound, RESULTS is
-// made without it, with a warning, and the services start. Breaking it: no
-// fallback (EnsureStreams fails, and no service starts on such a server).
+// On a server with less JetStream storage than RESULTS' bound, RESULTS
+// gets the largest halving of it that fits, with a warning, and below
+// client.MinResultsMaxBytes no byte bound; the services start either way.
+// Breaking it: no fallback (EnsureStreams fails, and no service starts on
+// such a server).
 func TestResultsBoundFallsBackOnSmallServer(t *testing.T) {
 	t.Parallel()
-	conf := filepath.Join(t.TempDir(), "nats.conf")
-	require.NoError(t, os.WriteFile(conf, []byte("jetstream { max_file_store: 2GB }\n"), 0o600))
-	srv, err := natsembed.Start(natsembed.Options{ConfigFile: conf})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var logs testlog.Buffer
-	b, err := bus.Connect(ctx, srv.URL(), "t", zerolog.New(&logs))
+	for _, tc := range []struct {
+		store string // the server's max_file_store; INTENTS takes 1 GiB of it
+		want  int64
+	}{
+		{"1400MB", bus.DefaultResultsMaxBytes / 16}, // 376 MiB left: 256 MiB fits
+		{"1050MB", -1}, // 26 MiB left: not even 64 MiB
+	} {
+		url, js := newServerConf(t, "jetstream { max_file_store: "+tc.store+" }\n")
+		var logs testlog.Buffer
+		b, err := bus.Connect(ctx, url, "t", zerolog.New(&logs))
+		require.NoError(t, err)
+		t.Cleanup(b.Close)
+		require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{}), tc.store)
+		st, err := js.Stream(ctx, wire.StreamResults)
+		require.NoError(t, err)
+		require.EqualValues(t, tc.want, st.CachedInfo().Config.MaxBytes, tc.store)
+		require.Contains(t, logs.String(), "less JetStream storage than RESULTS' bound", tc.store)
+		st, err = js.Stream(ctx, wire.StreamIntents)
+		require.NoError(t, err)
+		require.EqualValues(t, bus.DefaultIntentsMaxBytes, st.CachedInfo().Config.MaxBytes, "INTENTS' bound fits")
+	}
+}
+
+// newServerConf is newServer with a nats-server configuration.
+func newServerConf(t *testing.T, conf string) (string, jetstream.JetStream) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "nats.conf")
+	require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
+	srv, err := natsembed.Start(natsembed.Options{ConfigFile: path})
 	require.NoError(t, err)
-	t.Cleanup(b.Close)
-	require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{}))
+	t.Cleanup(srv.Shutdown)
 	nc, err := nats.Connect(srv.URL())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	st, err := js.Stream(ctx, wire.StreamResults)
-	require.NoError(t, err)
-	require.EqualValues(t, -1, st.CachedInfo().Config.MaxBytes)
-	require.Contains(t, logs.String(), "less JetStream storage than RESULTS' bound")
-	st, err = js.Stream(ctx, wire.StreamIntents)
-	require.NoError(t, err)
-	require.EqualValues(t, bus.DefaultIntentsMaxBytes, st.CachedInfo().Config.MaxBytes, "INTENTS' bound fits")
+	return srv.URL(), js
 }

@@ -56,20 +56,6 @@ func storeFull(err error) bool {
 // oldest results before the account refuses new ones.
 const TenantResultsMaxBytes = 512 << 20
 
-// noRoom reports whether err is JetStream's refusal to make a stream
-// bigger than its account's storage allows.
-func noRoom(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jsInsufficientResources || apiErr.ErrorCode == jsStorageExceeded)
-}
-
-// JetStream's error codes for a stream an account has no room for
-// (JSInsufficientResourcesErr, JSStorageResourcesExceededErr).
-const (
-	jsInsufficientResources jetstream.ErrorCode = 10023
-	jsStorageExceeded       jetstream.ErrorCode = 10047
-)
-
 // jsStoreFailed is JetStream's error code for a message its stream did not
 // store (JSStreamStoreFailedF); the description says why.
 const jsStoreFailed jetstream.ErrorCode = 10077
@@ -170,8 +156,8 @@ func InboxPrefix(tenant string) string {
 // most TenantResultsMaxBytes, dropping its oldest results when full, so
 // that new results still come in (an agent that finds its result gone
 // sends the intent again and is answered from the ledger). Where the
-// tenant's account allows less storage than that, the stream is made
-// without the byte bound, bounded by the account alone, as before.
+// tenant's account allows less storage than that, the bound is halved
+// until it fits (CreateBoundedStream).
 func (c *Client) EnsureResultsStream(ctx context.Context, maxAge time.Duration) error {
 	if maxAge <= 0 {
 		maxAge = time.Hour
@@ -184,12 +170,7 @@ func (c *Client) EnsureResultsStream(ctx context.Context, maxAge time.Duration) 
 	sc := jetstream.StreamConfig{Name: wire.StreamResults, Subjects: []string{c.AllResults()},
 		MaxAge: maxAge, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage,
 		MaxBytes: TenantResultsMaxBytes, Discard: jetstream.DiscardOld}
-	_, err := c.js.CreateStream(ctx, sc)
-	if noRoom(err) {
-		sc.MaxBytes = 0
-		_, err = c.js.CreateStream(ctx, sc)
-	}
-	if err != nil {
+	if _, err := CreateBoundedStream(ctx, c.js, sc, MinResultsMaxBytes); err != nil {
 		if _, again := c.js.Stream(ctx, wire.StreamResults); again == nil {
 			return nil // another agent of the tenant made it in between
 		}

@@ -16,23 +16,26 @@ import (
 	"github.com/opledger/opledger/pkg/wire"
 )
 
-// tenantAccounts is a server with two tenant accounts: one with room for
-// the tenant's bounded RESULTS, one with less storage than its bound.
+// tenantAccounts is a server with three tenant accounts: one with room
+// for the tenant's bounded RESULTS, one with room for a smaller bound, one
+// with room for none.
 const tenantAccounts = `
 accounts {
   ROOMY { jetstream: { max_memory: 1MB, max_file: 1GB, max_streams: 1 }
           users: [ { user: roomy, password: roomy-test-only } ] }
-  SMALL { jetstream: { max_memory: 1MB, max_file: 64MB, max_streams: 1 }
-          users: [ { user: small, password: small-test-only } ] }
+  MID   { jetstream: { max_memory: 1MB, max_file: 200MB, max_streams: 1 }
+          users: [ { user: mid, password: mid-test-only } ] }
+  TINY  { jetstream: { max_memory: 1MB, max_file: 32MB, max_streams: 1 }
+          users: [ { user: tiny, password: tiny-test-only } ] }
 }
 `
 
 // The RESULTS a client makes for its tenant is bounded in bytes and drops
 // its oldest results when full, so that new ones still come in; in an
-// account with less storage than the bound it is made without it, bounded
-// by the account, as before. Breaking it: no bound (a full account then
-// refuses every new result), or no fallback (the client cannot make its
-// stream in a small account).
+// account with less storage than the bound it gets the largest halving of
+// it that fits, and below client.MinResultsMaxBytes none. Breaking it: no
+// bound (a full account then refuses every new result), or no fallback
+// (the client cannot make its stream in a small account).
 func TestEnsureResultsStreamBounded(t *testing.T) {
 	t.Parallel()
 	conf := filepath.Join(t.TempDir(), "nats.conf")
@@ -48,7 +51,8 @@ func TestEnsureResultsStreamBounded(t *testing.T) {
 		maxBytes     int64
 	}{
 		{"roomy", "roomy", client.TenantResultsMaxBytes},
-		{"small", "small", -1},
+		{"mid", "mid", client.TenantResultsMaxBytes / 4},
+		{"tiny", "tiny", -1},
 	} {
 		pw := tc.user + "-test-only"
 		c, err := client.Connect(ns.URL(), tc.user, client.Tenant(tc.tenant), client.NATSOptions(nats.UserInfo(tc.user, pw)))
