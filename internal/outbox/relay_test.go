@@ -459,6 +459,8 @@ func TestHandedOffBatchIsDeletedOnceItsMessagesAreIn(t *testing.T) {
 
 	b.submitVia(t, st, "batch-a-0", "batch-a-1")
 	require.Eventually(t, func() bool { return b.batches(t) == 0 }, 5*time.Second, 5*time.Millisecond, "its batch is deleted")
+	// The plain subscriber sees a message a moment after JetStream acks it.
+	require.Eventually(t, func() bool { return b.published.total() >= 2 }, 5*time.Second, 5*time.Millisecond)
 	pub := b.published.snapshot()
 	require.Equal(t, 1, pub["batch-a-0"])
 	require.Equal(t, 1, pub["batch-a-1"])
@@ -485,6 +487,8 @@ func TestBatchIsClaimedWhole(t *testing.T) {
 	unsent, err := b.Store.OutboxUnsent(b.Ctx)
 	require.NoError(t, err)
 	require.Zero(t, unsent)
+	// The plain subscriber sees a message a moment after JetStream acks it.
+	require.Eventually(t, func() bool { return b.published.total() >= 3 }, 5*time.Second, 5*time.Millisecond)
 	require.Equal(t, map[string]int{"claim-0": 1, "claim-1": 1, "claim-2": 1}, b.published.snapshot())
 }
 
@@ -516,7 +520,7 @@ func TestBatchNATSRefusesIsSplit(t *testing.T) {
 	_, err = r.RunOnce(b.Ctx)
 	require.Error(t, err, "a refusal is reported")
 	require.Zero(t, b.batches(t), "the batch is split")
-	require.Equal(t, 1, b.published.snapshot()["split-good"])
+	require.Eventually(t, func() bool { return b.published.snapshot()["split-good"] == 1 }, 5*time.Second, 5*time.Millisecond)
 	rows := b.Outbox(t)
 	require.Len(t, rows, 1)
 	require.Equal(t, "split-huge", rows[0].MsgID)
