@@ -202,7 +202,7 @@ func (f *floorRun) err() error {
 func (b *bench) startFloor(ctx context.Context, tag string, path [][]floorStep) (_ *floorRun, err error) {
 	name := strings.ToUpper("OPLEDGER_BENCH_FLOOR_" + b.run + "_" + tag)
 	f := &floorRun{b: b, prefix: "opledger_bench_floor." + b.run + "." + tag, work: name, answer: name + "_ANSWERS",
-		table: benchSchema + ".floor_" + b.run + "_" + tag, hand: make(chan bus.Message, 256), answers: &answers{waiting: map[string]func(answer){}}}
+		table: benchSchema + ".floor_" + b.run + "_" + tag, hand: make(chan bus.Message, 256), answers: newAnswers()}
 	defer func() {
 		if err != nil {
 			f.close()
@@ -211,10 +211,7 @@ func (b *bench) startFloor(ctx context.Context, tag string, path [][]floorStep) 
 	if f.pool, err = pgxpool.New(ctx, b.d.Infra.DatabaseURL); err != nil {
 		return nil, err
 	}
-	if _, err = f.pool.Exec(ctx, benchTag+`CREATE SCHEMA IF NOT EXISTS `+benchSchema); err != nil {
-		return nil, err
-	}
-	if _, err = f.pool.Exec(ctx, benchTag+`CREATE TABLE `+f.table+` (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text NOT NULL)`); err != nil {
+	if err = createScratchTable(ctx, f.pool, f.table); err != nil {
 		return nil, err
 	}
 	if _, err = f.pool.Exec(ctx, benchTag+`INSERT INTO `+f.table+` (v) VALUES ('read')`); err != nil {

@@ -36,6 +36,8 @@ type answers struct {
 	waiting map[string]func(answer)
 }
 
+func newAnswers() *answers { return &answers{waiting: map[string]func(answer){}} }
+
 // answerKey is what an arrival waits for: the operation's own progression
 // (decision new) or an answer to a repeat of its event.
 func answerKey(d op.Decision, eventID string) string {
@@ -51,7 +53,7 @@ func (b *bench) watch(ctx context.Context, wf string) (*answers, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &answers{waiting: map[string]func(answer){}}
+	a := newAnswers()
 	go func() {
 		for r := range results {
 			at := time.Now()

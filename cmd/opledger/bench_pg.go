@@ -10,12 +10,25 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // benchSchema holds the bench's own tables (the commit-rate table, the
 // baseline's idempotency keys), out of schema public, whose every table
 // the migrator wants a grant decision for.
 const benchSchema = "opledger_bench"
+
+// createScratchTable creates table, of single-row writes (id, v), in the
+// bench's schema.
+func createScratchTable(ctx context.Context, db interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, table string) error {
+	if _, err := db.Exec(ctx, benchTag+`CREATE SCHEMA IF NOT EXISTS `+benchSchema); err != nil {
+		return err
+	}
+	_, err := db.Exec(ctx, benchTag+`CREATE TABLE `+table+` (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text NOT NULL)`)
+	return err
+}
 
 // pgCommitRate measures single-row INSERT commits per second with conns
 // connections, each in autocommit, for d, into a table of this run that it
@@ -27,10 +40,7 @@ func pgCommitRate(ctx context.Context, url string, conns int, d time.Duration) (
 	}
 	defer setup.Close(context.WithoutCancel(ctx))
 	table := benchSchema + ".commits_" + strings.ToLower(strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "_"))
-	if _, err := setup.Exec(ctx, benchTag+`CREATE SCHEMA IF NOT EXISTS `+benchSchema); err != nil {
-		return 0, fmt.Errorf("bench: commit rate: %w", err)
-	}
-	if _, err := setup.Exec(ctx, benchTag+`CREATE TABLE `+table+` (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text NOT NULL)`); err != nil {
+	if err := createScratchTable(ctx, setup, table); err != nil {
 		return 0, fmt.Errorf("bench: commit rate: %w", err)
 	}
 	defer func() { _, _ = setup.Exec(context.WithoutCancel(ctx), benchTag+`DROP TABLE `+table) }()

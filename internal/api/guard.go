@@ -122,18 +122,16 @@ func (g *Guard) Authenticate(r *http.Request) (ops.Actor, error) {
 		// A token that was offered and refused is worth a warning; a request
 		// without one (a probe, a scanner) or to a process without tokens
 		// (warned about at start) is counted only.
-		ev := cfg.Log.Debug()
+		var ev *zerolog.Event
 		if reason != "missing" && reason != "not_configured" {
 			var limit *telemetry.LogLimit
 			if g != nil {
 				limit = g.refusedLog
 			}
-			if ok, held := limit.Allow(); ok {
-				ev = cfg.Log.Warn()
-				if held > 0 {
-					ev = ev.Int("refusals_not_logged_before", held)
-				}
-			}
+			ev = limit.Event(cfg.Log.Warn, "refusals_not_logged_before")
+		}
+		if ev == nil {
+			ev = cfg.Log.Debug()
 		}
 		ev.Str("reason", reason).Str("remote", r.RemoteAddr).Str("path", clip(r.URL.Path)).Msg("api: request refused before authentication")
 		if reason == "not_configured" {

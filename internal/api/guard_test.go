@@ -77,10 +77,16 @@ func TestGuardProbe(t *testing.T) {
 // unauthorized reads opledger_api_unauthorized_total{reason}.
 func unauthorized(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 	t.Helper()
+	return counter(t, reg, "opledger_api_unauthorized_total", reason)
+}
+
+// counter reads the counter name{reason} from reg (0 when it has none).
+func counter(t *testing.T, reg *prometheus.Registry, name, reason string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
-		if mf.GetName() != "opledger_api_unauthorized_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {

@@ -230,13 +230,7 @@ func (in *Intents) submit(w http.ResponseWriter, r *http.Request, actor ops.Acto
 	}
 	refuse := func(err error) {
 		audit("", err.Error())
-		if ok, held := in.refusedLog.Allow(); ok {
-			ev := log.Warn().Str("error", err.Error())
-			if held > 0 {
-				ev = ev.Int("refusals_not_logged_before", held)
-			}
-			ev.Msg("api: intent refused")
-		}
+		in.refusedLog.Event(log.Warn, "refusals_not_logged_before").Str("error", err.Error()).Msg("api: intent refused")
 		in.fail(w, r, err)
 	}
 	if err := agentOnly(actor); err != nil {
@@ -321,13 +315,7 @@ func (in *Intents) submit(w http.ResponseWriter, r *http.Request, actor ops.Acto
 		refuse(withReason(ReasonIntentsFull, fmt.Errorf("opledger is behind: its backlog of intents is full and this one was not stored; send it again later (sending the same intent again is safe): %w", op.ErrRetryable)))
 		return
 	case err != nil:
-		if ok, held := in.failedLog.Allow(); ok {
-			ev := log.Warn().Err(err)
-			if held > 0 {
-				ev = ev.Int("failures_not_logged_before", held)
-			}
-			ev.Msg("api: intent not submitted")
-		}
+		in.failedLog.Event(log.Warn, "failures_not_logged_before").Err(err).Msg("api: intent not submitted")
 		refuse(fmt.Errorf("the intent could not be handed to NATS; sending the same intent again is safe: %w", op.ErrRetryable))
 		return
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,27 +19,14 @@ import (
 	"github.com/opledger/opledger/internal/ops"
 	"github.com/opledger/opledger/internal/store"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testlog"
 )
 
-// lockedBuffer is a log sink safe for an HTTP server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// warnings returns the warning lines with message msg, and the sum of the
-// counts of lines left out that they carry.
-func (l *lockedBuffer) warnings(t *testing.T, msg string) (lines, held int) {
+// warnings returns the warning lines with message msg in logs, and the
+// sum of the counts of lines left out that they carry.
+func warnings(t *testing.T, logs *testlog.Buffer, msg string) (lines, held int) {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	sc := bufio.NewScanner(strings.NewReader(l.b.String()))
+	sc := bufio.NewScanner(strings.NewReader(logs.String()))
 	for sc.Scan() {
 		var line struct {
 			Level   string `json:"level"`
@@ -66,7 +52,7 @@ func TestGuardFloodLogsBounded(t *testing.T) {
 	require.NoError(t, err)
 	tokens, err := api.NewTokens([]api.TokenEntry{entry})
 	require.NoError(t, err)
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	reg := prometheus.NewRegistry()
 	g, err := api.NewGuard(api.GuardConfig{Tokens: tokens, Registerer: reg, Log: zerolog.New(&logs)})
 	require.NoError(t, err)
@@ -88,7 +74,7 @@ func TestGuardFloodLogsBounded(t *testing.T) {
 	refuse()
 
 	const msg = "api: request refused before authentication"
-	lines, held := logs.warnings(t, msg)
+	lines, held := warnings(t, &logs, msg)
 	require.Equal(t, 51, lines+held, "every refusal logged or counted once")
 	if flood < time.Second {
 		require.LessOrEqual(t, lines, 10+1, "one period's burst, then the line after it")
@@ -110,7 +96,7 @@ func TestIntentFloodLogsBounded(t *testing.T) {
 	require.NoError(t, err)
 	tokens, err := api.NewTokens([]api.TokenEntry{entry})
 	require.NoError(t, err)
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	log := zerolog.New(&logs)
 	reg := prometheus.NewRegistry()
 	a, err := api.New(api.Config{Ops: ops.New(st, nil), Tokens: tokens, Log: log, Registerer: reg})
@@ -142,7 +128,7 @@ func TestIntentFloodLogsBounded(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 	post()
 
-	lines, held := logs.warnings(t, "api: intent refused")
+	lines, held := warnings(t, &logs, "api: intent refused")
 	require.Equal(t, 31, lines+held, "every refusal logged or counted once")
 	// At most 10 lines in each second the flood lasted (a second per
 	// started period), and the line after the pause.
@@ -153,30 +139,10 @@ func TestIntentFloodLogsBounded(t *testing.T) {
 	var audited int
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'submit_intent'`).Scan(&audited))
 	require.Equal(t, 31, audited, "every refusal still audited")
-	require.Equal(t, 31.0, refusedCount(t, reg, "unavailable"), "and counted")
+	require.Equal(t, 31.0, counter(t, reg, "opledger_api_refused_total", "unavailable"), "and counted")
 
 	// A refusal with a reason of its own (a body that is not JSON) is
 	// counted by it too.
 	postBody("{", http.StatusBadRequest)
-	require.Equal(t, 1.0, refusedCount(t, reg, api.ReasonNotJSON))
-}
-
-// refusedCount reads opledger_api_refused_total{reason}.
-func refusedCount(t *testing.T, reg *prometheus.Registry, reason string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != "opledger_api_refused_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	require.Equal(t, 1.0, counter(t, reg, "opledger_api_refused_total", api.ReasonNotJSON))
 }

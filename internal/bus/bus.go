@@ -210,18 +210,17 @@ func (b *Bus) EnsureStreams(ctx context.Context, o StreamOptions) error {
 	if o.DuplicateWindow == 0 {
 		o.DuplicateWindow = 2 * time.Minute
 	}
-	if o.IntentsMaxBytes <= 0 {
-		o.IntentsMaxBytes = DefaultIntentsMaxBytes
-		if o.Memory {
-			o.IntentsMaxBytes = MemoryIntentsMaxBytes
+	bound := func(set, onFile, inMemory int64) int64 {
+		switch {
+		case set > 0:
+			return set
+		case o.Memory:
+			return inMemory
 		}
+		return onFile
 	}
-	if o.ResultsMaxBytes <= 0 {
-		o.ResultsMaxBytes = DefaultResultsMaxBytes
-		if o.Memory {
-			o.ResultsMaxBytes = MemoryResultsMaxBytes
-		}
-	}
+	o.IntentsMaxBytes = bound(o.IntentsMaxBytes, DefaultIntentsMaxBytes, MemoryIntentsMaxBytes)
+	o.ResultsMaxBytes = bound(o.ResultsMaxBytes, DefaultResultsMaxBytes, MemoryResultsMaxBytes)
 	storage := jetstream.FileStorage
 	if o.Memory {
 		storage = jetstream.MemoryStorage

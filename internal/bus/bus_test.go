@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,18 +42,38 @@ func newEnvWith(t *testing.T, o bus.StreamOptions) env {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	url, js := newServer(t)
-	b, err := bus.Connect(ctx, url, "t", zerolog.Nop())
+	b, _ := ensureStreams(t, ctx, url, o)
+	return env{bus: b, js: js}
+}
+
+// ensureStreams connects a Bus to url, logging into the returned buffer,
+// and makes sure of the streams with o, as a service does at start.
+func ensureStreams(t *testing.T, ctx context.Context, url string, o bus.StreamOptions) (*bus.Bus, *testlog.Buffer) {
+	t.Helper()
+	var logs testlog.Buffer
+	b, err := bus.Connect(ctx, url, "t", zerolog.New(&logs))
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 	require.NoError(t, b.EnsureStreams(ctx, o))
-	return env{bus: b, js: js}
+	return b, &logs
 }
 
 // newServer starts an embedded JetStream with no streams and returns its
 // URL and a plain JetStream client on it.
 func newServer(t *testing.T) (string, jetstream.JetStream) {
 	t.Helper()
-	srv, err := natsembed.Start(natsembed.Options{})
+	return newServerConf(t, "")
+}
+
+// newServerConf is newServer with a nats-server configuration ("": none).
+func newServerConf(t *testing.T, conf string) (string, jetstream.JetStream) {
+	t.Helper()
+	var opts natsembed.Options
+	if conf != "" {
+		opts.ConfigFile = filepath.Join(t.TempDir(), "nats.conf")
+		require.NoError(t, os.WriteFile(opts.ConfigFile, []byte(conf), 0o600))
+	}
+	srv, err := natsembed.Start(opts)
 	require.NoError(t, err)
 	t.Cleanup(srv.Shutdown)
 	nc, err := nats.Connect(srv.URL())
@@ -495,11 +517,7 @@ func TestIntentsWithLimitsRetentionLeftAndWarned(t *testing.T) {
 	_, err = js.Publish(ctx, wire.IntentSubject("wf_1"), []byte("before"))
 	require.NoError(t, err)
 
-	var logs testlog.Buffer
-	b, err := bus.Connect(ctx, url, "t", zerolog.New(&logs))
-	require.NoError(t, err)
-	t.Cleanup(b.Close)
-	require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: true}))
+	_, logs := ensureStreams(t, ctx, url, bus.StreamOptions{Memory: true})
 	st, err := js.Stream(ctx, wire.StreamIntents)
 	require.NoError(t, err)
 	info, err := st.Info(ctx)
@@ -569,11 +587,7 @@ func TestIntentsBoundSetIfMissing(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			url, js := newServer(t)
-			var logs testlog.Buffer
-			b, err := bus.Connect(ctx, url, "t", zerolog.New(&logs))
-			require.NoError(t, err)
-			t.Cleanup(b.Close)
-			require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: tc.memory}))
+			b, logs := ensureStreams(t, ctx, url, bus.StreamOptions{Memory: tc.memory})
 			st, err := js.Stream(ctx, wire.StreamIntents)
 			require.NoError(t, err)
 			cfg := st.CachedInfo().Config

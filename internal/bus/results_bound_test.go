@@ -2,21 +2,15 @@ package bus_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/bus"
-	"github.com/opledger/opledger/internal/natsembed"
-	"github.com/opledger/opledger/internal/testlog"
 	"github.com/opledger/opledger/pkg/wire"
 )
 
@@ -63,10 +57,7 @@ func TestResultsBoundDefaultsAndExisting(t *testing.T) {
 		// Room for every bound on file, whatever the machine's disk has free
 		// (a server sets 75% of it aside by default).
 		url, js := newServerConf(t, "jetstream { max_file_store: 16GB }\n")
-		b, err := bus.Connect(ctx, url, "t", zerolog.Nop())
-		require.NoError(t, err)
-		t.Cleanup(b.Close)
-		require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: memory}))
+		ensureStreams(t, ctx, url, bus.StreamOptions{Memory: memory})
 		st, err := js.Stream(ctx, wire.StreamResults)
 		require.NoError(t, err)
 		want := int64(bus.DefaultResultsMaxBytes)
@@ -90,11 +81,7 @@ func TestResultsBoundDefaultsAndExisting(t *testing.T) {
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.StreamResults, Subjects: []string{wire.ResultSubjectPrefix + ">"},
 			MaxBytes: tc.maxBytes, Discard: tc.discard, Storage: jetstream.MemoryStorage})
 		require.NoError(t, err)
-		var logs testlog.Buffer
-		b, err := bus.Connect(ctx, url, "t", zerolog.New(&logs))
-		require.NoError(t, err)
-		t.Cleanup(b.Close)
-		require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{Memory: true}))
+		_, logs := ensureStreams(t, ctx, url, bus.StreamOptions{Memory: true})
 		st, err := js.Stream(ctx, wire.StreamResults)
 		require.NoError(t, err)
 		require.Equal(t, tc.maxBytes, st.CachedInfo().Config.MaxBytes, tc.name)
@@ -123,11 +110,7 @@ func TestResultsBoundFallsBackOnSmallServer(t *testing.T) {
 		{"1050MB", -1}, // 26 MiB left: not even 64 MiB
 	} {
 		url, js := newServerConf(t, "jetstream { max_file_store: "+tc.store+" }\n")
-		var logs testlog.Buffer
-		b, err := bus.Connect(ctx, url, "t", zerolog.New(&logs))
-		require.NoError(t, err)
-		t.Cleanup(b.Close)
-		require.NoError(t, b.EnsureStreams(ctx, bus.StreamOptions{}), tc.store)
+		_, logs := ensureStreams(t, ctx, url, bus.StreamOptions{})
 		st, err := js.Stream(ctx, wire.StreamResults)
 		require.NoError(t, err)
 		require.EqualValues(t, tc.want, st.CachedInfo().Config.MaxBytes, tc.store)
@@ -136,20 +119,4 @@ func TestResultsBoundFallsBackOnSmallServer(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, bus.DefaultIntentsMaxBytes, st.CachedInfo().Config.MaxBytes, "INTENTS' bound fits")
 	}
-}
-
-// newServerConf is newServer with a nats-server configuration.
-func newServerConf(t *testing.T, conf string) (string, jetstream.JetStream) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "nats.conf")
-	require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
-	srv, err := natsembed.Start(natsembed.Options{ConfigFile: path})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.URL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	return srv.URL(), js
 }

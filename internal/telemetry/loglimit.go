@@ -3,6 +3,8 @@ package telemetry
 import (
 	"sync"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // LogLimit bounds how many lines of one kind a process writes: at most
@@ -50,4 +52,20 @@ func (l *LogLimit) Allow() (ok bool, held int) {
 	l.written++
 	held, l.held = l.held, 0
 	return true, held
+}
+
+// Event starts a line with newEvent (a logger's Warn, say) when one may be
+// written now, with heldField saying how many were held back before it; it
+// returns nil when the line is held back, on which zerolog's methods do
+// nothing.
+func (l *LogLimit) Event(newEvent func() *zerolog.Event, heldField string) *zerolog.Event {
+	ok, held := l.Allow()
+	if !ok {
+		return nil
+	}
+	ev := newEvent()
+	if held > 0 {
+		ev = ev.Int(heldField, held)
+	}
+	return ev
 }

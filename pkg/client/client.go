@@ -43,23 +43,6 @@ var ErrClosed = errors.New("client: closed")
 // later, with the same event id, is safe. It wraps op.ErrRetryable.
 var ErrIntentsFull = fmt.Errorf("client: the INTENTS stream is full (opledger is behind); the intent was not stored, publish it again later: %w", op.ErrRetryable)
 
-// storeFull reports whether err is JetStream's refusal to store a message
-// in a stream that reached its bound (maximum bytes or messages).
-func storeFull(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsStoreFailed && strings.Contains(apiErr.Description, "maximum")
-}
-
-// TenantResultsMaxBytes bounds the RESULTS stream EnsureResultsStream
-// makes in a tenant's account: below the 1 GB of storage the example
-// accounts of deploy/nats/nats.conf allow, so that the stream drops its
-// oldest results before the account refuses new ones.
-const TenantResultsMaxBytes = 512 << 20
-
-// jsStoreFailed is JetStream's error code for a message its stream did not
-// store (JSStreamStoreFailedF); the description says why.
-const jsStoreFailed jetstream.ErrorCode = 10077
-
 // Client publishes intents and reads results. It is safe for concurrent use.
 type Client struct {
 	nc     *nats.Conn

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/opledger/opledger/internal/app"
 	"github.com/opledger/opledger/internal/maintain"
+	"github.com/opledger/opledger/internal/natsembed"
 	"github.com/opledger/opledger/internal/reconcile"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/internal/vendors"
@@ -31,6 +34,21 @@ type bundle struct {
 	cl    *client.Client
 	js    jetstream.JetStream // a second connection, for what the test does by hand
 	ctx   context.Context
+}
+
+// startNATS starts an embedded JetStream with no streams, configured by
+// conf ("": none), for the tests that need a server and nothing else.
+func startNATS(t *testing.T, conf string) *natsembed.Server {
+	t.Helper()
+	var opts natsembed.Options
+	if conf != "" {
+		opts.ConfigFile = filepath.Join(t.TempDir(), "nats.conf")
+		require.NoError(t, os.WriteFile(opts.ConfigFile, []byte(conf), 0o600))
+	}
+	ns, err := natsembed.Start(opts)
+	require.NoError(t, err)
+	t.Cleanup(ns.Shutdown)
+	return ns
 }
 
 // setup starts opledger on a fresh database with two relays (so results can

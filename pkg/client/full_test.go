@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/bus"
-	"github.com/opledger/opledger/internal/natsembed"
 	"github.com/opledger/opledger/pkg/client"
 	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/wire"
@@ -27,9 +26,7 @@ import (
 // cancelling it.
 func TestPublishToFullIntentsIsRetryable(t *testing.T) {
 	t.Parallel()
-	ns, err := natsembed.Start(natsembed.Options{})
-	require.NoError(t, err)
-	t.Cleanup(ns.Shutdown)
+	ns := startNATS(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := bus.Connect(ctx, ns.URL(), "setup", zerolog.Nop())

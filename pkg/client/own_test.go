@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/opledger/opledger/internal/natsembed"
 	"github.com/opledger/opledger/pkg/client"
 	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/wire"
@@ -23,9 +22,7 @@ import (
 // consumer receives hands acme globex's operation.
 func TestClientIgnoresOtherTenantsResults(t *testing.T) {
 	t.Parallel()
-	ns, err := natsembed.Start(natsembed.Options{})
-	require.NoError(t, err)
-	t.Cleanup(ns.Shutdown)
+	ns := startNATS(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

@@ -2,8 +2,6 @@ package client_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/opledger/opledger/internal/natsembed"
 	"github.com/opledger/opledger/pkg/client"
 	"github.com/opledger/opledger/pkg/wire"
 )
@@ -38,11 +35,7 @@ accounts {
 // (the client cannot make its stream in a small account).
 func TestEnsureResultsStreamBounded(t *testing.T) {
 	t.Parallel()
-	conf := filepath.Join(t.TempDir(), "nats.conf")
-	require.NoError(t, os.WriteFile(conf, []byte(tenantAccounts), 0o600))
-	ns, err := natsembed.Start(natsembed.Options{ConfigFile: conf})
-	require.NoError(t, err)
-	t.Cleanup(ns.Shutdown)
+	ns := startNATS(t, tenantAccounts)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

@@ -3,9 +3,16 @@ package client
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// TenantResultsMaxBytes bounds the RESULTS stream EnsureResultsStream
+// makes in a tenant's account: below the 1 GB of storage the example
+// accounts of deploy/nats/nats.conf allow, so that the stream drops its
+// oldest results before the account refuses new ones.
+const TenantResultsMaxBytes = 512 << 20
 
 // MinResultsMaxBytes is the smallest byte bound CreateBoundedStream tries
 // for a RESULTS stream before it makes one without a byte bound.
@@ -37,8 +44,18 @@ func NoStorageRoom(err error) bool {
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jsStorageExceeded || apiErr.ErrorCode == jsMemoryExceeded)
 }
 
-// JetStream's error codes for a stream with no room.
+// storeFull reports whether err is JetStream's refusal to store a message
+// in a stream that reached its bound (maximum bytes or messages).
+func storeFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsStoreFailed && strings.Contains(apiErr.Description, "maximum")
+}
+
+// JetStream's error codes: a stream with no room (storage, memory), and a
+// message its stream did not store (JSStreamStoreFailedF; the description
+// says why).
 const (
 	jsStorageExceeded jetstream.ErrorCode = 10047
 	jsMemoryExceeded  jetstream.ErrorCode = 10028
+	jsStoreFailed     jetstream.ErrorCode = 10077
 )
