@@ -262,15 +262,32 @@ type subscription struct {
 	before uint64
 }
 
+// from says where a subscription starts reading RESULTS: at the start of the
+// stream (fromStart), with what is stored after it is made (fromNew), or at
+// a time (since).
+type from struct {
+	newOnly bool
+	since   time.Time
+}
+
+var (
+	fromStart = from{}
+	fromNew   = from{newOnly: true}
+)
+
+func since(t time.Time) from { return from{since: t} }
+
 // subscribe creates an ordered consumer on RESULTS for filter, delivering
-// from the start of the stream, or from start when it is not zero. The
-// consumer exists on the server when subscribe returns, so nothing published
-// afterwards can be missed.
-func (c *Client) subscribe(ctx context.Context, filter string, start time.Time) (*subscription, error) {
+// from where f says. The consumer exists on the server when subscribe
+// returns, so nothing published afterwards can be missed.
+func (c *Client) subscribe(ctx context.Context, filter string, f from) (*subscription, error) {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
-	if !start.IsZero() {
+	switch {
+	case f.newOnly:
+		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	case !f.since.IsZero():
 		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
-		cfg.OptStartTime = &start
+		cfg.OptStartTime = &f.since
 	}
 	cons, err := c.js.OrderedConsumer(ctx, wire.StreamResults, cfg)
 	if err != nil {

@@ -54,7 +54,7 @@ func startNATS(t *testing.T, conf string) *natsembed.Server {
 // setup starts opledger on a fresh database with two relays (so results can
 // arrive out of order) and fast reconciliation. services limits what runs
 // (all when empty).
-func setup(t *testing.T, services ...string) *bundle {
+func setup(t testing.TB, services ...string) *bundle {
 	t.Helper()
 	d, err := app.StartStack(context.Background(), app.StackConfig{
 		Infra: app.InfraConfig{DatabaseURL: testdb.New(t), MemoryStreams: true},

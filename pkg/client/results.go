@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/opledger/opledger/pkg/op"
 	"github.com/opledger/opledger/pkg/wire"
@@ -58,7 +57,7 @@ func stream[T any](c *Client, ctx context.Context, filter string, conv func(Resu
 	}
 	user := ctx
 	ctx, cancel := c.scope(ctx)
-	sub, err := c.subscribe(ctx, filter, time.Time{})
+	sub, err := c.subscribe(ctx, filter, fromStart)
 	if err != nil {
 		cancel()
 		c.wg.Done()
