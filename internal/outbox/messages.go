@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"encoding/json"
+	"maps"
 	"time"
 
 	"github.com/opledger/opledger/internal/store"
@@ -41,4 +42,15 @@ func ResultOn(subject string, r wire.Result, tp telemetry.Traceparent) store.Mes
 		Subject: subject, MsgID: op.NewID("msg"), Payload: data,
 		OperationID: r.OperationID, Header: tp.Header(),
 	}
+}
+
+// Answer is Result on subject for the ledger's answer to an intent: it
+// carries wire.HeaderAnswer besides the trace context.
+func Answer(subject string, r wire.Result, tp telemetry.Traceparent) store.Message {
+	m := ResultOn(subject, r, tp)
+	h := make(map[string]string, len(m.Header)+1)
+	maps.Copy(h, m.Header)
+	h[wire.HeaderAnswer] = "1"
+	m.Header = h
+	return m
 }

@@ -260,6 +260,13 @@ type subscription struct {
 	// before is how many messages of the filter the stream held when the
 	// consumer was made: the first ones delivered were there before.
 	before uint64
+	// earlierThan, when set, replaces before: a message whose stream
+	// sequence is below it was there before the call's first subscription,
+	// which read only what came after it, from that sequence on.
+	earlierThan uint64
+	// first and last are the stream sequences of the first and the last
+	// message read (0 before any).
+	first, last uint64
 }
 
 // from says where a subscription starts reading RESULTS: at the start of the
@@ -316,7 +323,15 @@ func (s *subscription) next(ctx context.Context) (r Result, ok bool, pending uin
 	earlier := false
 	if md, err := m.Metadata(); err == nil {
 		pending = md.NumPending
-		earlier = md.Sequence.Consumer <= s.before
+		s.last = md.Sequence.Stream
+		if s.first == 0 {
+			s.first = s.last
+		}
+		if s.earlierThan > 0 {
+			earlier = s.last < s.earlierThan
+		} else {
+			earlier = md.Sequence.Consumer <= s.before
+		}
 	}
 	r, ok = decodeResult(m.Headers(), m.Data())
 	r.Earlier = earlier

@@ -22,12 +22,12 @@ import (
 // waits for the ledger even when an earlier answer is in the stream.
 //
 // It reads only the results stored after it subscribed, so a call costs
-// the same however many results its workflow already has in the stream
-// (SubmitAndWatch reads them all). Only when the answer is a duplicate of
-// an operation still in progress that this call has not seen created does
-// it read the workflow's results from the stream's start, and then, if the
-// operation is another workflow's, every workflow's, as SubmitAndWatch
-// does. Errors are SubmitAndWatch's.
+// the same however many results its workflow already has in the stream,
+// and it never reads the earlier ones for its answer. Only when the answer
+// is a duplicate of an operation still in progress that this call has not
+// seen created does it read the workflow's results from the stream's
+// start, and then, if the operation is another workflow's, every
+// workflow's, as SubmitAndWait does. Errors are SubmitAndWatch's.
 func (c *Client) SubmitAndWatchFresh(ctx context.Context, in wire.Intent, onResult func(Result)) (Result, error) {
 	w, err := c.submit(ctx, in, fromNew)
 	if err != nil {

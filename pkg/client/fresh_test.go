@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -8,11 +9,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/internal/vendors"
 	"github.com/opledger/opledger/pkg/client"
 	"github.com/opledger/opledger/pkg/op"
+	"github.com/opledger/opledger/pkg/wire"
 )
 
 // countingDialer dials NATS and counts the bytes the connection reads.
@@ -61,15 +64,16 @@ func (b *bundle) history(t testing.TB, wf string, n int) {
 	}
 }
 
-// SubmitAndWatchFresh (the HTTP and MCP doors' call) reads only the results
-// stored after it subscribed, so what a call costs does not grow with its
-// workflow's history: an agent's conversation is one workflow, and every
-// call of it used to read all of that workflow's results still in the
-// stream (an hour of them) before its own answer. SubmitAndWait, which
-// answers a resend with the first publish's answer, still reads them; it is
-// measured beside it so that the test shows it would tell the two apart.
-// Breaking it: a fresh call that subscribes from the stream's start.
-func TestFreshCallReadsNoHistory(t *testing.T) {
+// A call reads only the results stored after it subscribed, so what it
+// costs does not grow with its workflow's history: an agent's conversation
+// is one workflow, and every call of it used to read all of that
+// workflow's results still in the stream (an hour of them) before its own
+// answer. Only a resend (an event id published before) reads the history,
+// for the first publish's answer; it is measured beside them so that the
+// test shows it would tell the two apart. Breaking it: a call that
+// subscribes from the stream's start, or that does not trust an answer
+// marked as the ledger's (wire.HeaderAnswer).
+func TestCallsReadNoHistory(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const wf = "wf_long"
@@ -84,14 +88,23 @@ func TestFreshCallReadsNoHistory(t *testing.T) {
 	fresh := d.read.Load() - before
 
 	before = d.read.Load()
-	r, err = cl.SubmitAndWait(b.ctx, capture(wf, wf+":call_whole", wf+"_order_whole", 100))
+	r, err = cl.SubmitAndWait(b.ctx, capture(wf, wf+":call_wait", wf+"_order_wait", 100))
 	require.NoError(t, err)
 	require.Equal(t, client.StatusCompletedSuccess, r.Status)
-	whole := d.read.Load() - before
+	require.Equal(t, op.DecisionNew, r.Decision())
+	wait := d.read.Load() - before
 
-	t.Logf("bytes read: fresh call %d, call reading the workflow's history %d", fresh, whole)
-	require.Greater(t, whole, int64(60_000), "the history of 60 operations is at least 60 kB of results")
+	before = d.read.Load()
+	ans, err := cl.Submit(b.ctx, capture(wf, wf+":call_59", wf+"_order_59", 100)) // the history's last call again
+	require.NoError(t, err)
+	resend := d.read.Load() - before
+	require.Equal(t, op.DecisionNew, ans.Decision(), "the first publish's answer, from the history")
+	require.True(t, ans.Earlier)
+
+	t.Logf("bytes read: SubmitAndWatchFresh %d, SubmitAndWait %d, a resend of the history's last call %d", fresh, wait, resend)
+	require.Greater(t, resend, int64(60_000), "a resend reads the history up to the first answer: 59 operations' results before it")
 	require.Less(t, fresh, int64(12_000), "a fresh call reads its own few results, not the history")
+	require.Less(t, wait, int64(12_000), "so does SubmitAndWait")
 }
 
 // A fresh call whose answer is a duplicate of an operation still in
@@ -158,16 +171,16 @@ func TestFreshDuplicateFollowsTheOperation(t *testing.T) {
 // BenchmarkSubmitInALongWorkflow times a call in a workflow that already
 // has 300 completed operations' results in the stream, one call at a time
 // (go test -run '^$' -bench SubmitInALongWorkflow ./pkg/client, with
-// DATABASE_URL or a private cluster): SubmitAndWatchFresh, the doors'
-// call, reads only what comes after it subscribed; SubmitAndWait reads the
-// workflow's results from the stream's start, so it slows down as the
-// workflow grows (the history grows by b.N operations during the run).
+// DATABASE_URL or a private cluster): SubmitAndWait and
+// SubmitAndWatchFresh (the doors' call) read only what comes after they
+// subscribed; a resend of the workflow's first call reads the workflow's
+// results from the stream's start, for the first publish's answer, as
+// every call did before.
 func BenchmarkSubmitInALongWorkflow(b *testing.B) {
 	bd := setup(b)
-	for _, fresh := range []bool{true, false} {
-		name := map[bool]string{true: "fresh", false: "whole"}[fresh]
-		wf, filled, i := "wf_bench_"+name, false, 0
-		b.Run(name, func(b *testing.B) { // run again with a larger b.N
+	for _, kind := range []string{"wait", "fresh", "resend"} {
+		wf, filled, i := "wf_bench_"+kind, false, 0
+		b.Run(kind, func(b *testing.B) { // run again with a larger b.N
 			if !filled {
 				bd.history(b, wf, 300)
 				filled = true
@@ -176,10 +189,17 @@ func BenchmarkSubmitInALongWorkflow(b *testing.B) {
 				i++
 				in := capture(wf, fmt.Sprintf("%s:b_%d", wf, i), fmt.Sprintf("%s_b_%d", wf, i), 100)
 				var err error
-				if fresh {
-					_, err = bd.cl.SubmitAndWatchFresh(bd.ctx, in, nil)
-				} else {
+				switch kind {
+				case "wait":
 					_, err = bd.cl.SubmitAndWait(bd.ctx, in)
+				case "fresh":
+					_, err = bd.cl.SubmitAndWatchFresh(bd.ctx, in, nil)
+				default:
+					var ans client.Answer
+					ans, err = bd.cl.Submit(bd.ctx, capture(wf, wf+":call_0", wf+"_order_0", 100))
+					if err == nil && !ans.Earlier {
+						b.Fatal("a resend's answer is the first publish's")
+					}
 				}
 				if err != nil {
 					b.Fatal(err)
@@ -187,4 +207,43 @@ func BenchmarkSubmitInALongWorkflow(b *testing.B) {
 			}
 		})
 	}
+}
+
+// The ledger marks its answers to intents (wire.HeaderAnswer), a resend's
+// too, and nothing else: the later results of an operation carry the same
+// event id and the decision new, and only the mark tells a client which
+// result answered its publish. Breaking it: answers without the mark (a
+// client then reads the workflow's history for every answer), or later
+// results with it (a client takes one for its answer).
+func TestLedgerMarksItsAnswers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := capture("wf_marks", "conv_1:call_1", "order_1", 100)
+	_, err := b.cl.SubmitAndWait(b.ctx, in)
+	require.NoError(t, err)
+	_, err = b.cl.Submit(b.ctx, capture("wf_marks", "conv_1:call_2", "order_1", 100)) // duplicate_operation
+	require.NoError(t, err)
+
+	cons, err := b.js.OrderedConsumer(b.ctx, wire.StreamResults, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.ResultSubject("wf_marks")}})
+	require.NoError(t, err)
+	marked := map[string]int{}
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		if errors.Is(err, nats.ErrTimeout) {
+			break // all of them read
+		}
+		require.NoError(t, err)
+		r, err := wire.DecodeResult(m.Data())
+		require.NoError(t, err)
+		key := string(r.DedupeDecision) + " " + r.Status
+		if m.Headers().Get(wire.HeaderAnswer) == "1" {
+			key += " marked"
+		}
+		marked[key]++
+	}
+	require.Equal(t, map[string]int{
+		"new pending_dispatch marked":                  1,
+		"new completed_success":                        1,
+		"duplicate_operation completed_success marked": 1,
+	}, marked)
 }

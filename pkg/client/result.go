@@ -66,6 +66,9 @@ type Result struct {
 	// an answer marked so answers an earlier publish of the same event id,
 	// so the call itself started nothing new.
 	Earlier bool
+	// answer is true when the message is marked as the ledger's answer to
+	// a publish (wire.HeaderAnswer); services before the mark send none.
+	answer bool
 }
 
 // AtRest reports whether no further result is expected for the operation
@@ -100,7 +103,8 @@ func decodeResult(h nats.Header, data []byte) (Result, bool) {
 	if err != nil {
 		return Result{}, false
 	}
-	return Result{Result: *w, Status: Status(w.Status), MsgID: strings.TrimSpace(h.Get(wire.HeaderMsgID))}, true
+	return Result{Result: *w, Status: Status(w.Status), MsgID: strings.TrimSpace(h.Get(wire.HeaderMsgID)),
+		answer: h.Get(wire.HeaderAnswer) == "1"}, true
 }
 
 // Answer is the ledger's answer to an event id: the first result carrying it.

@@ -26,24 +26,27 @@ var ErrInvalidIntent = errors.New("invalid intent")
 // the operation and its status at the time of the answer.
 //
 // The answer is the first result carrying the intent's event_id on the
-// workflow's results subject, reading the RESULTS stream from its start. The
-// consumer exists before the intent is published, so the answer cannot be
-// missed. If the event id was published before (a resend after a timeout or
-// a restart), the answer is the one given to that earlier publish, not a
-// later duplicate_event: the duplicate_event answer only repeats what the
-// first said (the same operation, or the same refusal) with a fresher
-// status, which SubmitAndWait follows anyway. Only when the earlier results
-// have left the stream (after an hour by default) is the answer the
-// ledger's duplicate_event.
+// workflow's results subject. The consumer exists before the intent is
+// published, so the answer cannot be missed. If the event id was published
+// before (a resend after a timeout or a restart), the answer is the one
+// given to that earlier publish, not a later duplicate_event: the
+// duplicate_event answer only repeats what the first said (the same
+// operation, or the same refusal) with a fresher status, which
+// SubmitAndWait follows anyway. Only when the earlier results have left the
+// stream (after an hour by default) is the answer the ledger's
+// duplicate_event.
 //
-// Submit reads the workflow's results still in the stream, so it costs in
-// proportion to them (a workflow of 300 operations: about 12 ms a call
-// where SubmitAndWatchFresh, which reads none of them, takes about 4;
-// BenchmarkSubmitInALongWorkflow). It waits for the answer until ctx ends, and returns
-// ctx's error, ErrClosed, ErrInvalidIntent, or an error from publishing or
+// Submit reads only the results published after it subscribed, so a call
+// costs the same however many results its workflow has in the stream. It
+// reads the workflow's earlier results only when the first result carrying
+// the event id is not marked as the ledger's answer to a first publish
+// (wire.HeaderAnswer): the answer to a resend, a later result of the
+// operation the event id created, or a result from services that do not
+// mark answers. It waits for the answer until ctx ends, and returns ctx's
+// error, ErrClosed, ErrInvalidIntent, or an error from publishing or
 // subscribing.
 func (c *Client) Submit(ctx context.Context, in wire.Intent) (Answer, error) {
-	w, err := c.submit(ctx, in, fromStart)
+	w, err := c.submit(ctx, in, fromNew)
 	if err != nil {
 		return Answer{}, err
 	}
@@ -77,7 +80,7 @@ func (c *Client) Submit(ctx context.Context, in wire.Intent) (Answer, error) {
 // no answer came) with an error wrapping ctx's error; when the client closes,
 // with one wrapping ErrClosed. Other errors are Submit's.
 func (c *Client) SubmitAndWait(ctx context.Context, in wire.Intent) (Result, error) {
-	w, err := c.submit(ctx, in, fromStart)
+	w, err := c.submit(ctx, in, fromNew)
 	if err != nil {
 		return Result{}, err
 	}
@@ -95,7 +98,7 @@ func (c *Client) SubmitAndWait(ctx context.Context, in wire.Intent) (Result, err
 // a caller reports each transition while it waits (an MCP server's progress
 // notifications). onResult must not block for long; it may be nil.
 func (c *Client) SubmitAndWatch(ctx context.Context, in wire.Intent, onResult func(Result)) (Result, error) {
-	w, err := c.submit(ctx, in, fromStart)
+	w, err := c.submit(ctx, in, fromNew)
 	if err != nil {
 		return Result{}, err
 	}
@@ -222,14 +225,54 @@ func (w *waiter) read() (r Result, ok bool, err error) {
 	return r, ok, nil
 }
 
-// answer reads until the first result carrying the event id.
+// answer returns the first result carrying the event id in the workflow's
+// results. A fresh waiter (its subscription reads only what came after it)
+// takes the first it reads when that is marked as the ledger's answer to a
+// first publish (new, duplicate_operation, rejected); anything else (the
+// answer to a resend, a later result of the operation the event id created
+// before, or a result of services that do not mark answers) means the
+// first one may be earlier in the stream, and firstAnswer looks there.
 func (w *waiter) answer() (Answer, error) {
 	for {
 		r, ok, err := w.read()
 		if err != nil {
 			return Answer{}, fmt.Errorf("client: answer to %s: %w", wire.Clip(w.eventID), err)
 		}
-		if ok && r.EventID == w.eventID {
+		if !ok || r.EventID != w.eventID {
+			continue
+		}
+		if !w.fresh || (r.answer && r.DedupeDecision != op.DecisionDuplicateEvent && r.DedupeDecision != op.DecisionConflict) {
+			return Answer{Result: r}, nil
+		}
+		return w.firstAnswer(r)
+	}
+}
+
+// firstAnswer returns the first result carrying the event id in the
+// workflow's results, reading them from the start of the stream up to r
+// (read on a fresh subscription), marked Earlier when it was in the stream
+// before the call subscribed; r itself when none is before it (they left
+// the stream). The waiter reads on from there, as one that read the
+// workflow's results from the start would.
+func (w *waiter) firstAnswer(r Result) (Answer, error) {
+	at, start := w.sub.last, w.sub.first
+	sub, err := w.c.subscribe(w.ctx, w.subject, fromStart)
+	if err != nil {
+		return Answer{Result: r}, nil // the history cannot be read: r is the best there is
+	}
+	sub.earlierThan = start
+	w.sub.stop()
+	w.sub, w.fresh = sub, false
+	for {
+		h, ok, err := w.read()
+		if err != nil {
+			return Answer{}, fmt.Errorf("client: answer to %s: %w", wire.Clip(w.eventID), err)
+		}
+		if ok && h.EventID == w.eventID {
+			return Answer{Result: h}, nil
+		}
+		if w.sub.last >= at || w.pending == 0 {
+			// Past where r was, or at the end: r left the stream meanwhile.
 			return Answer{Result: r}, nil
 		}
 	}

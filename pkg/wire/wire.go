@@ -37,6 +37,12 @@ const (
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderTraceparent carries W3C trace context on every message.
 	HeaderTraceparent = "traceparent"
+	// HeaderAnswer marks a result that is the ledger's answer to a publish
+	// of its event id (value "1"), as against a later result of the
+	// operation that event id created, which carries the same event id. A
+	// header rather than a field, so that clients that decode results
+	// strictly still read them.
+	HeaderAnswer = "Opledger-Answer"
 )
 
 // Command kinds, the second token of an ops subject.
