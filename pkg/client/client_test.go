@@ -67,14 +67,22 @@ func setup(t testing.TB, services ...string) *bundle {
 	cl, err := client.Connect(d.Infra.NATSURL, "client-test")
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
-	nc, err := nats.Connect(d.Infra.NATSURL)
+	_, js := connectJS(t, d.Infra.NATSURL)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return &bundle{stack: d, cl: cl, js: js, ctx: ctx}
+}
+
+// connectJS opens a plain NATS connection to url, for what a test does by
+// hand, closed when the test ends.
+func connectJS(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return &bundle{stack: d, cl: cl, js: js, ctx: ctx}
+	return nc, js
 }
 
 // capture is a capture_payment intent of cents for order.

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/pkg/client"
@@ -31,11 +29,7 @@ func TestClientIgnoresOtherTenantsResults(t *testing.T) {
 	t.Cleanup(acme.Close)
 	// With no RESULTS stream yet, the client makes one for its tenant.
 	require.NoError(t, acme.EnsureResultsStream(ctx, 0))
-	nc, err := nats.Connect(ns.URL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, js := connectJS(t, ns.URL())
 	st, err := js.Stream(ctx, wire.StreamResults)
 	require.NoError(t, err)
 	require.Equal(t, []string{"opledger.results.acme.>"}, st.CachedInfo().Config.Subjects)

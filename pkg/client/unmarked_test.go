@@ -31,11 +31,7 @@ func TestAnswersFromServicesThatDoNotMarkThem(t *testing.T) {
 	ns := startNATS(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(ns.URL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	nc, js := connectJS(t, ns.URL())
 	for name, subject := range map[string]string{wire.StreamIntents: wire.IntentSubjectPrefix + ">", wire.StreamResults: wire.ResultSubjectPrefix + ">"} {
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Storage: jetstream.MemoryStorage})
 		require.NoError(t, err)
