@@ -186,7 +186,7 @@ func (s *Service) answerUnstored(ctx context.Context, d bus.Delivery, cause erro
 	r := wire.Rejection(eventID, workflow, "", "the ledger could not store this intent, nor its rejection: "+reason(cause), op.DecisionRejected, time.Now())
 	r.Tenant = wire.ResultTenant(tenant)
 	tp := telemetry.ParseTraceparent(d.Header[wire.HeaderTraceparent])
-	m := outbox.Answer(subject, r, tp)
+	m := outbox.AnswerOn(subject, r, tp)
 	_, perr := s.bus.Publish(context.WithoutCancel(ctx), bus.Message{Subject: m.Subject, MsgID: m.MsgID, Header: m.Header, Data: m.Payload})
 	s.m.Intent("", "unstored", 0)
 	ev := s.log.Error().Err(cause).Str("payload_sha256", hex.EncodeToString(sum[:])).Str("event_id", wire.Clip(eventID)).Str("subject", subject)
@@ -289,9 +289,9 @@ func (s *Service) submit(ctx context.Context, sub store.Submission, tenant, tool
 		}
 		if ans.Result.WorkflowID == "" {
 			// No workflow to answer on: the protocol's fixed subject.
-			return []store.Message{outbox.Answer(wire.UnroutableSubject, ans.Result, tp)}
+			return []store.Message{outbox.AnswerOn(wire.UnroutableSubject, ans.Result, tp)}
 		}
-		return []store.Message{outbox.Answer(wire.TenantResultSubject(ans.Result.Tenant, ans.Result.WorkflowID), ans.Result, tp)}
+		return []store.Message{outbox.Answer(ans.Result, tp)}
 	}
 	if _, err := s.store.Submit(ctx, sub); err != nil {
 		return nil, err

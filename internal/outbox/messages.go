@@ -44,10 +44,19 @@ func ResultOn(subject string, r wire.Result, tp telemetry.Traceparent) store.Mes
 	}
 }
 
-// Answer is Result on subject for the ledger's answer to an intent: it
-// carries wire.HeaderAnswer besides the trace context.
-func Answer(subject string, r wire.Result, tp telemetry.Traceparent) store.Message {
-	m := ResultOn(subject, r, tp)
+// Answer is Result for the ledger's answer to an intent: it carries
+// wire.HeaderAnswer besides the trace context.
+func Answer(r wire.Result, tp telemetry.Traceparent) store.Message {
+	return marked(Result(r, tp))
+}
+
+// AnswerOn is Answer on another subject (wire.UnroutableSubject, or the
+// subject of an intent that could not be stored).
+func AnswerOn(subject string, r wire.Result, tp telemetry.Traceparent) store.Message {
+	return marked(ResultOn(subject, r, tp))
+}
+
+func marked(m store.Message) store.Message {
 	h := make(map[string]string, len(m.Header)+1)
 	maps.Copy(h, m.Header)
 	h[wire.HeaderAnswer] = "1"

@@ -206,6 +206,13 @@ func (c *Client) scope(ctx context.Context) (context.Context, context.CancelFunc
 	return ctx, func() { stop(); cancel() }
 }
 
+// ended reports whether a scope from c.scope has ended, or is ending: the
+// client's end reaches the scope in a goroutine of its own, so a call cut
+// off by Close (its connection closed) may fail before its scope ends.
+func (c *Client) ended(scope context.Context) bool {
+	return scope.Err() != nil || c.life.Err() != nil
+}
+
 // cause says why a scoped wait ended: the caller's context error, or
 // ErrClosed when the client went away first.
 func cause(user context.Context) error {
@@ -261,12 +268,11 @@ type subscription struct {
 	// consumer was made: the first ones delivered were there before.
 	before uint64
 	// earlierThan, when set, replaces before: a message whose stream
-	// sequence is below it was there before the call's first subscription,
-	// which read only what came after it, from that sequence on.
+	// sequence is below it was in the stream before the call's first
+	// subscription, which read from there on (fromNew).
 	earlierThan uint64
-	// first and last are the stream sequences of the first and the last
-	// message read (0 before any).
-	first, last uint64
+	// last is the stream sequence of the last message read (0 before any).
+	last uint64
 }
 
 // from says where a subscription starts reading RESULTS: at the start of the
@@ -287,11 +293,25 @@ func since(t time.Time) from { return from{since: t} }
 // subscribe creates an ordered consumer on RESULTS for filter, delivering
 // from where f says. The consumer exists on the server when subscribe
 // returns, so nothing published afterwards can be missed.
+//
+// fromNew starts at the sequence after the stream's last message, read
+// first, rather than with JetStream's "deliver new": an ordered consumer
+// that is reset (a missed heartbeat, a restarted server) before it
+// delivered anything is made again with its first policy, and "new" would
+// then skip what was stored in between, such as the answer the call waits
+// for.
 func (c *Client) subscribe(ctx context.Context, filter string, f from) (*subscription, error) {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+	var startSeq uint64
 	switch {
 	case f.newOnly:
-		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+		st, err := c.js.Stream(ctx, wire.StreamResults)
+		if err != nil {
+			return nil, fmt.Errorf("client: results stream: %w", err)
+		}
+		startSeq = st.CachedInfo().State.LastSeq + 1
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = startSeq
 	case !f.since.IsZero():
 		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
 		cfg.OptStartTime = &f.since
@@ -304,7 +324,7 @@ func (c *Client) subscribe(ctx context.Context, filter string, f from) (*subscri
 	if err != nil {
 		return nil, fmt.Errorf("client: results for %s: %w", wire.Clip(filter), err)
 	}
-	sub := &subscription{c: c, cons: cons, it: it}
+	sub := &subscription{c: c, cons: cons, it: it, earlierThan: startSeq}
 	if info := cons.CachedInfo(); info != nil {
 		sub.before = info.NumPending
 	}
@@ -324,9 +344,6 @@ func (s *subscription) next(ctx context.Context) (r Result, ok bool, pending uin
 	if md, err := m.Metadata(); err == nil {
 		pending = md.NumPending
 		s.last = md.Sequence.Stream
-		if s.first == 0 {
-			s.first = s.last
-		}
 		if s.earlierThan > 0 {
 			earlier = s.last < s.earlierThan
 		} else {

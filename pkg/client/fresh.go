@@ -29,7 +29,7 @@ import (
 // start, and then, if the operation is another workflow's, every
 // workflow's, as SubmitAndWait does. Errors are SubmitAndWatch's.
 func (c *Client) SubmitAndWatchFresh(ctx context.Context, in wire.Intent, onResult func(Result)) (Result, error) {
-	w, err := c.submit(ctx, in, fromNew)
+	w, err := c.submit(ctx, in)
 	if err != nil {
 		return Result{}, err
 	}

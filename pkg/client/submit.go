@@ -46,7 +46,7 @@ var ErrInvalidIntent = errors.New("invalid intent")
 // error, ErrClosed, ErrInvalidIntent, or an error from publishing or
 // subscribing.
 func (c *Client) Submit(ctx context.Context, in wire.Intent) (Answer, error) {
-	w, err := c.submit(ctx, in, fromNew)
+	w, err := c.submit(ctx, in)
 	if err != nil {
 		return Answer{}, err
 	}
@@ -80,7 +80,7 @@ func (c *Client) Submit(ctx context.Context, in wire.Intent) (Answer, error) {
 // no answer came) with an error wrapping ctx's error; when the client closes,
 // with one wrapping ErrClosed. Other errors are Submit's.
 func (c *Client) SubmitAndWait(ctx context.Context, in wire.Intent) (Result, error) {
-	w, err := c.submit(ctx, in, fromNew)
+	w, err := c.submit(ctx, in)
 	if err != nil {
 		return Result{}, err
 	}
@@ -98,7 +98,7 @@ func (c *Client) SubmitAndWait(ctx context.Context, in wire.Intent) (Result, err
 // a caller reports each transition while it waits (an MCP server's progress
 // notifications). onResult must not block for long; it may be nil.
 func (c *Client) SubmitAndWatch(ctx context.Context, in wire.Intent, onResult func(Result)) (Result, error) {
-	w, err := c.submit(ctx, in, fromNew)
+	w, err := c.submit(ctx, in)
 	if err != nil {
 		return Result{}, err
 	}
@@ -149,8 +149,8 @@ type waiter struct {
 
 	pending uint64 // messages left on the subscription after the last one read
 	// fresh is true while the subscription reads only what was stored after
-	// it was made (SubmitAndWatchFresh); deepening it reads the workflow's
-	// results from the start instead.
+	// it was made; rewind makes it read the workflow's results from the
+	// start instead.
 	fresh   bool
 	widened bool // the subscription reads every workflow's results
 	// best holds, per operation, the result with the highest version seen.
@@ -160,11 +160,9 @@ type waiter struct {
 	own map[string]bool
 }
 
-// submit checks in, subscribes to its workflow's results and publishes it.
-// The subscription reads the workflow's results from the start of the
-// stream, or, with f fromNew, only those stored after it was made (the
-// waiter is then fresh).
-func (c *Client) submit(ctx context.Context, in wire.Intent, f from) (*waiter, error) {
+// submit checks in, subscribes to its workflow's results (only those stored
+// from then on: the waiter is fresh) and publishes it.
+func (c *Client) submit(ctx context.Context, in wire.Intent) (*waiter, error) {
 	data, err := checkIntent(&in)
 	if err != nil {
 		return nil, err
@@ -172,13 +170,14 @@ func (c *Client) submit(ctx context.Context, in wire.Intent, f from) (*waiter, e
 	if c.life.Err() != nil {
 		return nil, ErrClosed
 	}
+	subject := c.ResultSubject(in.WorkflowID)
 	sctx, cancel := c.scope(ctx)
 	// Whether the scope ended (the caller gave up, the client closed) is
 	// read before cancel, which ends it too: an error of its own (a refused
 	// publish) must not read as ErrClosed.
-	sub, err := c.subscribe(sctx, c.ResultSubject(in.WorkflowID), f)
+	sub, err := c.subscribe(sctx, subject, fromNew)
 	if err != nil {
-		ended := sctx.Err() != nil
+		ended := c.ended(sctx)
 		cancel()
 		if ended {
 			return nil, fmt.Errorf("client: submit %s: %w", wire.Clip(in.EventID), cause(ctx))
@@ -187,7 +186,7 @@ func (c *Client) submit(ctx context.Context, in wire.Intent, f from) (*waiter, e
 	}
 	err = c.publish(sctx, in, data, "")
 	if err != nil {
-		ended := sctx.Err() != nil
+		ended := c.ended(sctx)
 		sub.stop()
 		cancel()
 		if ended {
@@ -195,8 +194,8 @@ func (c *Client) submit(ctx context.Context, in wire.Intent, f from) (*waiter, e
 		}
 		return nil, err
 	}
-	return &waiter{c: c, user: ctx, ctx: sctx, cancel: cancel, sub: sub, eventID: in.EventID, subject: c.ResultSubject(in.WorkflowID),
-		fresh: f.newOnly, best: map[string]Result{}, own: map[string]bool{}}, nil
+	return &waiter{c: c, user: ctx, ctx: sctx, cancel: cancel, sub: sub, eventID: in.EventID, subject: subject,
+		fresh: true, best: map[string]Result{}, own: map[string]bool{}}, nil
 }
 
 func (w *waiter) close() {
@@ -209,7 +208,7 @@ func (w *waiter) close() {
 func (w *waiter) read() (r Result, ok bool, err error) {
 	r, ok, w.pending, err = w.sub.next(w.ctx)
 	if err != nil {
-		if w.ctx.Err() != nil {
+		if w.c.ended(w.ctx) {
 			return Result{}, false, cause(w.user)
 		}
 		return Result{}, false, fmt.Errorf("client: results: %w", err)
@@ -255,14 +254,11 @@ func (w *waiter) answer() (Answer, error) {
 // the stream). The waiter reads on from there, as one that read the
 // workflow's results from the start would.
 func (w *waiter) firstAnswer(r Result) (Answer, error) {
-	at, start := w.sub.last, w.sub.first
-	sub, err := w.c.subscribe(w.ctx, w.subject, fromStart)
-	if err != nil {
+	at, start := w.sub.last, w.sub.earlierThan
+	if w.rewind() != nil {
 		return Answer{Result: r}, nil // the history cannot be read: r is the best there is
 	}
-	sub.earlierThan = start
-	w.sub.stop()
-	w.sub, w.fresh = sub, false
+	w.sub.earlierThan = start
 	for {
 		h, ok, err := w.read()
 		if err != nil {
@@ -334,22 +330,30 @@ func (w *waiter) widen(cur Result) {
 	w.sub = sub
 }
 
-// deepen replaces a fresh subscription with one that reads the workflow's
-// results from the start of the stream, as a waiter that is not fresh
-// reads them from the first: what the call has read is read again, and
-// counts no more than once (the highest version wins). The history holds
-// at least the call's own answer, so pending is never 0 before the
-// subscription has read it, and the waiter widens only once the history
-// proved not to hold the operation's results. If that subscription cannot
-// be made, the waiter widens at once.
+// deepen rewinds a fresh waiter's subscription to follow an operation
+// whose own results may be earlier in the workflow's subject: what the
+// call has read is read again, and counts no more than once (the highest
+// version wins). The history holds at least the call's own answer, so
+// pending is never 0 before the subscription has read it, and the waiter
+// widens only once the history proved not to hold the operation's results.
+// If the history cannot be read, the waiter widens at once.
 func (w *waiter) deepen(cur Result) {
-	w.fresh = false
-	sub, err := w.c.subscribe(w.ctx, w.subject, fromStart)
-	if err != nil {
+	if w.rewind() != nil {
+		w.fresh = false
 		w.widen(cur)
 		return
 	}
+	w.pending = w.sub.before
+}
+
+// rewind replaces a fresh waiter's subscription with one that reads the
+// workflow's results from the start of the stream.
+func (w *waiter) rewind() error {
+	sub, err := w.c.subscribe(w.ctx, w.subject, fromStart)
+	if err != nil {
+		return err
+	}
 	w.sub.stop()
-	w.sub = sub
-	w.pending = sub.before
+	w.sub, w.fresh = sub, false
+	return nil
 }

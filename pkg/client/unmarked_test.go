@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -37,19 +38,31 @@ func TestAnswersFromServicesThatDoNotMarkThem(t *testing.T) {
 		require.NoError(t, err)
 	}
 
+	// The services run in NATS's goroutine and may still be publishing when
+	// the test ends: they record what failed, checked once the calls are
+	// done, and publish on a context of their own.
 	var mu sync.Mutex
+	var failed []error
 	ops := map[string]*op.Operation{} // by event id
 	publish := func(o *op.Operation, eventID string, d op.Decision) {
 		body, err := json.Marshal(wire.ResultFor(o, eventID, d))
-		require.NoError(t, err)
-		_, err = js.Publish(ctx, wire.ResultSubject(o.WorkflowID), body) // no wire.HeaderAnswer
-		require.NoError(t, err)
+		if err == nil {
+			pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err = js.Publish(pctx, wire.ResultSubject(o.WorkflowID), body) // no wire.HeaderAnswer
+			cancel()
+		}
+		if err != nil {
+			failed = append(failed, err)
+		}
 	}
 	sub, err := nc.Subscribe(wire.IntentSubjectPrefix+">", func(m *nats.Msg) {
-		in, err := wire.DecodeIntent(m.Subject, "", m.Data)
-		require.NoError(t, err)
 		mu.Lock()
 		defer mu.Unlock()
+		in, err := wire.DecodeIntent(m.Subject, "", m.Data)
+		if err != nil {
+			failed = append(failed, err)
+			return
+		}
 		if o, seen := ops[in.EventID]; seen {
 			// A later result of the operation lands between the resend's
 			// subscription and its answer.
@@ -89,4 +102,87 @@ func TestAnswersFromServicesThatDoNotMarkThem(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, client.StatusCompletedSuccess, final.Status)
 	require.Equal(t, "conv_1:call_2", final.EventID)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, failed, "the services answered every intent")
+}
+
+// A call's subscription starts at a stream sequence, not with JetStream's
+// "deliver new": nats.go makes an ordered consumer that is reset (its
+// server-side consumer deleted, as a restarted NATS server loses it) before
+// it delivered anything again with its first deliver policy, so "new"
+// would then skip what was stored in between, such as the answer the call
+// waits for, and the call would wait for ever. The test plays the ledger
+// and, for each intent, reads the configuration of the RESULTS consumer
+// the waiting call made: it must start at a sequence past the stream's end
+// when the call began. Breaking it: a subscription with DeliverNewPolicy.
+// (Deleting the consumer instead, and checking that the answer still
+// arrives, depends on how soon nats.go notices: 10 s in most runs here.)
+func TestCallsSubscribeFromASequence(t *testing.T) {
+	t.Parallel()
+	ns := startNATS(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nc, js := connectJS(t, ns.URL())
+	for name, subject := range map[string]string{wire.StreamIntents: wire.IntentSubjectPrefix + ">", wire.StreamResults: wire.ResultSubjectPrefix + ">"} {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Storage: jetstream.MemoryStorage})
+		require.NoError(t, err)
+	}
+	results, err := js.Stream(ctx, wire.StreamResults)
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	var failed []error
+	var starts []uint64 // OptStartSeq of the consumer each call waited on
+	sub, err := nc.Subscribe(wire.IntentSubjectPrefix+">", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := func() error {
+			in, err := wire.DecodeIntent(m.Subject, "", m.Data)
+			if err != nil {
+				return err
+			}
+			newest := uint64(0) // an earlier call's consumer may still be there
+			for info := range results.ListConsumers(pctx).Info() {
+				if info.Config.DeliverPolicy != jetstream.DeliverByStartSequencePolicy {
+					// Answered all the same, so that the test ends at once.
+					failed = append(failed, fmt.Errorf("consumer %s delivers by %v, not from a sequence", info.Name, info.Config.DeliverPolicy))
+				}
+				newest = max(newest, info.Config.OptStartSeq)
+			}
+			starts = append(starts, newest)
+			o := &op.Operation{ID: op.NewID("op"), WorkflowID: in.WorkflowID, Tool: in.Tool, Tenant: wire.DefaultTenant,
+				State: op.StateCompletedSuccess, Version: 2, UpdatedAt: time.Now()}
+			body, err := json.Marshal(wire.ResultFor(o, in.EventID, op.DecisionNew))
+			if err != nil {
+				return err
+			}
+			msg := nats.NewMsg(wire.ResultSubject(in.WorkflowID))
+			msg.Data = body
+			msg.Header.Set(wire.HeaderAnswer, "1")
+			_, err = js.PublishMsg(pctx, msg)
+			return err
+		}()
+		if err != nil {
+			failed = append(failed, err)
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+
+	cl, err := client.Connect(ns.URL(), "from-sequence")
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	for i := range 3 {
+		r, err := cl.SubmitAndWait(ctx, capture("wf_seq", fmt.Sprintf("conv_1:call_%d", i), fmt.Sprintf("order_%d", i), 100))
+		require.NoError(t, err, "call %d", i)
+		require.Equal(t, client.StatusCompletedSuccess, r.Status)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, failed)
+	// Each call's consumer starts past the answers before it: 1, 2, 3.
+	require.Equal(t, []uint64{1, 2, 3}, starts)
 }
