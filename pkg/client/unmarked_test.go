@@ -79,6 +79,7 @@ func TestAnswersFromServicesThatDoNotMarkThem(t *testing.T) {
 		publish(o, in.EventID, op.DecisionNew) // a later result of the operation
 	})
 	require.NoError(t, err)
+	require.NoError(t, nc.Flush(), "the subscription is on the server before any intent is sent")
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 
 	cl, err := client.Connect(ns.URL(), "unmarked")
@@ -170,6 +171,7 @@ func TestCallsSubscribeFromASequence(t *testing.T) {
 		}
 	})
 	require.NoError(t, err)
+	require.NoError(t, nc.Flush(), "the subscription is on the server before any intent is sent")
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 
 	cl, err := client.Connect(ns.URL(), "from-sequence")
