@@ -17,6 +17,18 @@ import (
 	"github.com/opledger/opledger/pkg/wire"
 )
 
+// bareStreams connects to the server at url and makes INTENTS and RESULTS
+// in memory, plain, for a test that plays the ledger itself.
+func bareStreams(t *testing.T, ctx context.Context, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, js := connectJS(t, url)
+	for name, subject := range map[string]string{wire.StreamIntents: wire.IntentSubjectPrefix + ">", wire.StreamResults: wire.ResultSubjectPrefix + ">"} {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Storage: jetstream.MemoryStorage})
+		require.NoError(t, err)
+	}
+	return nc, js
+}
+
 // Services from before answers were marked (wire.HeaderAnswer) publish the
 // same results without the mark: a client reads the workflow's history for
 // every answer then, as it always did, and answers as before. The test
@@ -32,11 +44,7 @@ func TestAnswersFromServicesThatDoNotMarkThem(t *testing.T) {
 	ns := startNATS(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	nc, js := connectJS(t, ns.URL())
-	for name, subject := range map[string]string{wire.StreamIntents: wire.IntentSubjectPrefix + ">", wire.StreamResults: wire.ResultSubjectPrefix + ">"} {
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Storage: jetstream.MemoryStorage})
-		require.NoError(t, err)
-	}
+	nc, js := bareStreams(t, ctx, ns.URL())
 
 	// The services run in NATS's goroutine and may still be publishing when
 	// the test ends: they record what failed, checked once the calls are
@@ -124,11 +132,7 @@ func TestCallsSubscribeFromASequence(t *testing.T) {
 	ns := startNATS(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	nc, js := connectJS(t, ns.URL())
-	for name, subject := range map[string]string{wire.StreamIntents: wire.IntentSubjectPrefix + ">", wire.StreamResults: wire.ResultSubjectPrefix + ">"} {
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Storage: jetstream.MemoryStorage})
-		require.NoError(t, err)
-	}
+	nc, js := bareStreams(t, ctx, ns.URL())
 	results, err := js.Stream(ctx, wire.StreamResults)
 	require.NoError(t, err)
 
